@@ -1,0 +1,81 @@
+"""The shape every backend shares: a context manager that owns a cluster and a client."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+from distributed import Future
+
+from hybrid.annotator import HybridClient
+from hybrid.errors import HybridError
+
+
+class BaseDaskBackend(abc.ABC):
+    """Start a cluster on ``__enter__``/:meth:`start`, submit tasks, remove it all on exit.
+
+    ``annotate_resources`` routes GPU tasks to GPU workers and the rest to CPU workers
+    (see :mod:`hybrid.annotator`); ``None`` takes ``hybrid.annotator.enabled``.
+    """
+
+    def __init__(self, annotate_resources: bool | None = None, gpu_fraction: float | None = None):
+        self.annotate_resources = annotate_resources
+        self.gpu_fraction = gpu_fraction
+        self._client: HybridClient | None = None
+        self._cluster: Any = None
+
+    @abc.abstractmethod
+    def _start_cluster(self) -> Any:
+        """Create and return the ``distributed`` cluster object (or an address)."""
+
+    def start(self) -> None:
+        """Start the cluster and connect a client. Undoes what it started if it fails."""
+        if self._client is not None:
+            return
+        try:
+            self._cluster = self._start_cluster()
+            self._client = HybridClient(
+                self._cluster,
+                annotate_resources=self.annotate_resources,
+                gpu_fraction=self.gpu_fraction,
+                set_as_default=False,
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Close the client and the cluster; safe to call more than once."""
+        client, self._client = self._client, None
+        cluster, self._cluster = self._cluster, None
+        if client is not None:
+            client.close()
+        if cluster is not None and hasattr(cluster, "close"):
+            cluster.close()
+
+    @property
+    def client(self) -> HybridClient:
+        """The connected client (raises before :meth:`start`)."""
+        if self._client is None:
+            raise HybridError(f"{type(self).__name__} is not started: use it in a `with` block")
+        return self._client
+
+    @property
+    def cluster(self) -> Any:
+        """The underlying ``distributed`` cluster object."""
+        return self._cluster
+
+    def submit_task(
+        self, function: Callable, *args: Any, gpu_task: bool | None = None, **kwargs: Any
+    ) -> Future:
+        """Submit ``function(*args, **kwargs)``; ``gpu_task=True`` marks it a GPU task."""
+        kwargs.setdefault("pure", False)
+        return self.client.submit(function, *args, gpu_task=gpu_task, **kwargs)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

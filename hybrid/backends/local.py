@@ -1,0 +1,177 @@
+"""Local processes: the embedded default, with a GPU pool and a CPU pool side by side."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from distributed import Nanny, Scheduler, SpecCluster
+
+from hybrid.annotator import worker_resources
+from hybrid.backends.base import BaseDaskBackend
+from hybrid.errors import ConfigurationError
+from hybrid.resources import ComputeResources
+
+
+class NoGPUWarning(UserWarning):
+    """A GPU pool was started on a machine where no GPU device was found."""
+
+
+def detect_gpus() -> list[str]:
+    """Visible GPU device ids: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``'s list."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def local_worker_specs(
+    pool: str, count: int, resources: ComputeResources, devices: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """``SpecCluster`` worker specs for ``count`` local workers of one pool.
+
+    GPU worker ``i`` sees only its own devices through ``CUDA_VISIBLE_DEVICES``; with too
+    few devices (or none) the ids wrap around, and a :class:`NoGPUWarning` says so.
+    """
+    specs: dict[str, dict[str, Any]] = {}
+    gpus = resources.number_of_gpus
+    if gpus and count:
+        devices = detect_gpus() if devices is None else devices
+        if not devices:
+            warnings.warn(
+                f"pool {pool!r}: no GPU device was found (no nvidia-smi, or CUDA_VISIBLE_DEVICES "
+                "is empty); its workers advertise the GPU resource for routing, but tasks run "
+                "on the CPU",
+                NoGPUWarning,
+                stacklevel=3,
+            )
+        elif len(devices) < gpus * count:
+            warnings.warn(
+                f"pool {pool!r} asks for {gpus * count} GPUs but {len(devices)} are visible: "
+                "workers will share devices",
+                NoGPUWarning,
+                stacklevel=3,
+            )
+    for i in range(count):
+        env: dict[str, str] = {}
+        if gpus:
+            if devices:
+                ids = [devices[(i * gpus + j) % len(devices)] for j in range(gpus)]
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = ""
+        specs[f"{pool}-{i}"] = {
+            "cls": Nanny,
+            "options": {
+                "nthreads": resources.number_of_threads,
+                "resources": worker_resources(gpus, resources.number_of_threads),
+                "env": env,
+                "name": f"{pool}-{i}",
+            },
+        }
+    return specs
+
+
+class DaskLocalCluster(BaseDaskBackend):
+    """Workers as local processes (openff-evaluator's ``DaskLocalCluster`` arguments).
+
+    ``pools`` adds named pools beside the first one, e.g.
+    ``pools={"cpu": (2, ComputeResources(number_of_threads=1))}``; the first pool is named
+    ``"gpu"`` when its workers have GPUs, else ``"cpu"``.
+    """
+
+    def __init__(
+        self,
+        number_of_workers: int = 1,
+        resources_per_worker: ComputeResources | None = None,
+        annotate_resources: bool | None = None,
+        pools: Mapping[str, tuple[int, ComputeResources]] | None = None,
+        gpu_fraction: float | None = None,
+        dashboard_address: str | None = ":0",
+        silence_logs: int | str = logging.WARNING,
+    ):
+        super().__init__(annotate_resources, gpu_fraction)
+        resources_per_worker = resources_per_worker or ComputeResources()
+        if isinstance(number_of_workers, bool) or not isinstance(number_of_workers, int) or (
+            number_of_workers < 0
+        ):
+            raise ConfigurationError(
+                "DaskLocalCluster.number_of_workers", number_of_workers, "an integer >= 0"
+            )
+        if not isinstance(resources_per_worker, ComputeResources):
+            raise ConfigurationError(
+                "DaskLocalCluster.resources_per_worker",
+                resources_per_worker,
+                "a hybrid.resources.ComputeResources",
+            )
+        first = "gpu" if resources_per_worker.is_gpu else "cpu"
+        self.pools: dict[str, tuple[int, ComputeResources]] = {}
+        if number_of_workers:
+            self.pools[first] = (number_of_workers, resources_per_worker)
+        for name, spec in (pools or {}).items():
+            if name in self.pools:
+                raise ConfigurationError(
+                    f"DaskLocalCluster.pools[{name!r}]", spec,
+                    f"a pool name other than {sorted(self.pools)}",
+                )
+            if not (
+                isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], int)
+                and not isinstance(spec[0], bool) and spec[0] >= 0
+                and isinstance(spec[1], ComputeResources)
+            ):
+                raise ConfigurationError(
+                    f"DaskLocalCluster.pools[{name!r}]", spec,
+                    "a tuple (number_of_workers >= 0, ComputeResources(...))",
+                )
+            self.pools[name] = spec
+        if not self.pools:
+            raise ConfigurationError(
+                "DaskLocalCluster.number_of_workers", number_of_workers,
+                "at least one worker in some pool",
+            )
+        self.dashboard_address = dashboard_address
+        self.silence_logs = (
+            silence_logs if isinstance(silence_logs, int)
+            else logging.getLevelName(str(silence_logs).upper())
+        )
+
+    def worker_specs(self) -> dict[str, dict[str, Any]]:
+        """The workers this cluster starts, as ``SpecCluster`` specs (data, not processes)."""
+        specs: dict[str, dict[str, Any]] = {}
+        devices = None
+        offset = 0
+        for name, (count, resources) in self.pools.items():
+            if resources.is_gpu and devices is None:
+                devices = detect_gpus()
+            pool_devices = devices[offset:] if devices else devices
+            pool_specs = local_worker_specs(name, count, resources, pool_devices)
+            for spec in pool_specs.values():
+                spec["options"]["silence_logs"] = self.silence_logs
+            specs.update(pool_specs)
+            if resources.is_gpu and devices:
+                offset += count * resources.number_of_gpus
+        return specs
+
+    def _start_cluster(self) -> SpecCluster:
+        scheduler = {
+            "cls": Scheduler,
+            "options": {"dashboard_address": self.dashboard_address, "host": "127.0.0.1"},
+        }
+        return SpecCluster(
+            workers=self.worker_specs(), scheduler=scheduler, name="hybrid-local",
+            silence_logs=self.silence_logs,
+        )

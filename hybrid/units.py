@@ -1,0 +1,103 @@
+"""Units: one pint registry for the package, and parsers that accept any pint quantity.
+
+openff-units quantities are pint quantities from another registry; they are accepted by
+converting through their magnitude and unit name, never by identity of the registry.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pint
+
+from hybrid.errors import ConfigurationError
+
+unit = pint.UnitRegistry()
+Quantity = unit.Quantity
+
+__all__ = ["Quantity", "format_bytes", "is_quantity", "parse_memory", "parse_walltime", "unit"]
+
+_HHMM = re.compile(r"^(\d{1,3}):([0-5]\d)(?::([0-5]\d))?$")
+
+
+def is_quantity(value: Any) -> bool:
+    """True for a quantity of any pint registry (openff-units included)."""
+    return all(hasattr(value, name) for name in ("magnitude", "units", "to")) and not isinstance(
+        value, (str, bytes)
+    )
+
+
+def _as_own_quantity(value: Any, field: str, accepted: str) -> pint.Quantity:
+    try:
+        if is_quantity(value):
+            return Quantity(value.magnitude, str(value.units))
+        if isinstance(value, str):
+            text = value.strip()
+            if not re.search(r"[A-Za-z]", text):
+                raise ValueError("no unit")
+            return Quantity(text)
+    except (pint.errors.PintError, ValueError, TypeError, AttributeError):
+        pass
+    raise ConfigurationError(field, value, accepted)
+
+
+def parse_memory(value: Any, field: str) -> pint.Quantity:
+    """Return ``value`` as a quantity of bytes in :data:`unit`, or raise naming ``field``.
+
+    Accepts pint quantities of any registry (``8 * unit.gigabytes``) and strings such as
+    ``"8 GiB"`` or ``"512MB"``. Bare numbers are refused: a memory without units is ambiguous.
+    """
+    accepted = 'a quantity with a unit of information, e.g. 8 * unit.gigabytes or "8 GiB"'
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
+    quantity = _as_own_quantity(value, field, accepted)
+    if quantity.dimensionality != unit.byte.dimensionality:
+        raise ConfigurationError(field, value, accepted)
+    if quantity.magnitude < 0:
+        raise ConfigurationError(field, value, accepted + " that is not negative")
+    return quantity
+
+
+def to_bytes(quantity: pint.Quantity) -> int:
+    """Whole bytes in a memory quantity."""
+    return int(round(quantity.to(unit.byte).magnitude))
+
+
+def format_bytes(n: int) -> str:
+    """``8589934592`` -> ``"8GiB"``, the form batch systems and dask both read."""
+    for suffix, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{suffix}"
+    for suffix, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:.2f}{suffix}"
+    return f"{n}B"
+
+
+def parse_walltime(value: Any, field: str) -> str:
+    """Return a wall time as ``"HH:MM"``; accepts ``"HH:MM"``, ``"HH:MM:SS"`` or a time quantity."""
+    accepted = 'a wall time "HH:MM" (e.g. "05:59") or a time quantity such as 6 * unit.hour'
+    if is_quantity(value):
+        try:
+            minutes = Quantity(value.magnitude, str(value.units)).to(unit.minute).magnitude
+        except pint.errors.PintError:
+            raise ConfigurationError(field, value, accepted) from None
+        if minutes <= 0:
+            raise ConfigurationError(field, value, accepted + " longer than zero")
+        minutes = int(-(-minutes // 1))
+        return f"{minutes // 60:02d}:{minutes % 60:02d}"
+    if isinstance(value, str):
+        match = _HHMM.match(value.strip())
+        if match:
+            hours, minutes, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
+            total = hours * 60 + minutes + (1 if seconds else 0)
+            if total > 0:
+                return f"{total // 60:02d}:{total % 60:02d}"
+    raise ConfigurationError(field, value, accepted)
+
+
+def walltime_seconds(hhmm: str) -> int:
+    """Seconds in a ``"HH:MM"`` wall time."""
+    hours, minutes = hhmm.split(":")
+    return int(hours) * 3600 + int(minutes) * 60
