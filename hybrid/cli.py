@@ -46,6 +46,30 @@ def demo(gpu_workers: int, cpu_workers: int, simulations: int, packings: int, as
             click.echo(format_report(report))
 
 
+def _register_commands() -> None:
+    """Attach the command groups that live beside the code they drive."""
+    import importlib
+
+    for module, names in (
+        ("hybrid.batch.cli", ("render", "submit", "status", "cancel", "gc")),
+        ("hybrid.gateway.cli", ("gateway",)),
+        ("hybrid.admin.cli", ("admin", "doctor")),
+    ):
+        try:
+            loaded = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+            continue
+        for name in names:
+            command = getattr(loaded, name, None)
+            if command is not None:
+                cli.add_command(command)
+
+
+_register_commands()
+
+
 def main() -> None:
     """Entry point of the ``hybrid`` script."""
     cli(prog_name="hybrid")

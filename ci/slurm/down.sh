@@ -51,23 +51,39 @@ for spec in "slurmd:$RUN/slurmd.pid" "slurmctld:$RUN/slurmctld.pid" "munged:$MUN
     fi
 done
 
-if [[ ${#PIDS[@]} -eq 0 ]]; then
-    log "nothing up"
-else
-    # slurmd first (it reports to slurmctld), munged last (both need it)
-    for name in slurmd slurmctld munged; do
+# stop_group <name...>: SIGTERM those recorded daemons, wait up to TIMEOUT,
+# SIGKILL the ones still alive
+stop_group() {
+    local name pid alive pids=() deadline
+    for name in "$@"; do
         [[ -n ${PIDS[$name]:-} ]] || continue
         log "SIGTERM $name (${PIDS[$name]})"
         kill -TERM "${PIDS[$name]}" 2>/dev/null || true
-        deadline=$(( $(date +%s) + TIMEOUT ))
-        while kill -0 "${PIDS[$name]}" 2>/dev/null && (( $(date +%s) < deadline )); do
-            sleep 0.2
-        done
+        pids+=("${PIDS[$name]}")
+    done
+    deadline=$(( $(date +%s) + TIMEOUT ))
+    while (( $(date +%s) < deadline )); do
+        alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        (( alive )) || return 0
+        sleep 0.2
+    done
+    for name in "$@"; do
+        [[ -n ${PIDS[$name]:-} ]] || continue
         if kill -0 "${PIDS[$name]}" 2>/dev/null; then
             log "$name (${PIDS[$name]}) still alive after ${TIMEOUT}s: SIGKILL"
             kill -KILL "${PIDS[$name]}" 2>/dev/null || true
         fi
     done
+    sleep 0.5  # let the kernel reap them before pid files go
+}
+
+if [[ ${#PIDS[@]} -eq 0 ]]; then
+    log "nothing up"
+else
+    # Slurm daemons together, munged last (both need it to talk to each other)
+    stop_group slurmd slurmctld
+    stop_group munged
 fi
 rm -f "$RUN/slurmd.pid" "$RUN/slurmctld.pid" "$MUNGE_DIR/munged.pid"
 awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "[slurm-down] done in %.2f s\n", b-a}'

@@ -88,15 +88,16 @@ munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 # ---------------------------------------------------------------- install
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
    || ! command -v munged >/dev/null || ! command -v srun >/dev/null; then
-    log "installing slurm-wlm munge"
+    log "installing slurm-wlm munge (log: $LOG/apt.log)"
+    mkdir -p "$LOG"
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
-            slurm-wlm munge >"/tmp/hybrid-ci-slurm-apt.log" 2>&1; then
+            slurm-wlm munge >"$LOG/apt.log" 2>&1; then
         # package lists may be missing on a fresh machine
-        apt-get -o DPkg::Lock::Timeout=600 update >>"/tmp/hybrid-ci-slurm-apt.log" 2>&1 || true
+        apt-get -o DPkg::Lock::Timeout=600 update >>"$LOG/apt.log" 2>&1 || true
         apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
-            slurm-wlm munge >>"/tmp/hybrid-ci-slurm-apt.log" 2>&1 \
-            || fail "apt-get install slurm-wlm munge failed" /tmp/hybrid-ci-slurm-apt.log
+            slurm-wlm munge >>"$LOG/apt.log" 2>&1 \
+            || fail "apt-get install slurm-wlm munge failed" "$LOG/apt.log"
     fi
 fi
 mark install
