@@ -58,7 +58,7 @@ def _register_commands() -> None:
         try:
             loaded = importlib.import_module(module)
         except ModuleNotFoundError as error:
-            if error.name != module:
+            if error.name is None or not module.startswith(error.name):
                 raise
             continue
         for name in names:

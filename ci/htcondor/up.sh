@@ -36,6 +36,12 @@ elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount)"
 mkdir -p "$STATE_DIR" "$LOG_DIR"
 
+VENVS=()
+for v in "$@"; do
+    [[ -x "$v/bin/python" ]] || die "$v is not a virtual environment (no $v/bin/python)"
+    VENVS+=("$(readlink -f "$v")")
+done
+
 debian_mirror() {
     if [[ -n "${HYBRID_CI_DEBIAN_MIRROR:-}" ]]; then
         printf '%s\n' "$HYBRID_CI_DEBIAN_MIRROR"; return
@@ -143,6 +149,9 @@ MOUNT_UNDER_SCRATCH =
 
 # one partitionable slot of 20 CPUs, so many one-core workers fit on a small CI machine
 NUM_CPUS = 20
+# four fake GPUs (no device behind them) so request_gpus jobs match; hybrid's GPU pools
+# are tested by the resource they advertise, not by a device
+MACHINE_RESOURCE_GPUs = fakegpu0, fakegpu1, fakegpu2, fakegpu3
 
 # fast cycles for tests
 SCHEDD_INTERVAL = 5
@@ -153,6 +162,8 @@ STARTER_UPDATE_INTERVAL = 5
 
 CONDOR_ADMIN =
 MAIL = /bin/true
+# the startup mips/kflops benchmarks eat the CPU for ~10 s and delay a shutdown until done
+RUNBENCHMARKS = False
 
 # FS for tools inside the chroot, IDTOKENS/CLAIMTOBE for the host-side client (FS across
 # the chroot boundary fails). CLAIMTOBE trusts whatever the client says: tests only.
@@ -174,7 +185,10 @@ bind_ro_same_path() {
     src="$(readlink -f "$1")"
     dst="$ROOT$src"
     case "$src" in
-        / | /usr | /usr/* | /bin* | /sbin* | /lib* | /etc* | /var* | /proc* | /sys* | /dev* | /tmp)
+        /usr/local | /usr/local/*) ;;   # e.g. the python:3.x images' prefix: fine to shadow
+        / | /usr | /usr/* | /bin | /bin/* | /sbin | /sbin/* | /lib | /lib/* | /lib64 | /lib64/* \
+            | /etc | /etc/* | /proc | /proc/* | /sys | /sys/* | /dev | /dev/* \
+            | /var | /tmp | /root | /home | /run | /run/*)
             log "WARNING: not bind-mounting system path $src into the chroot"; return 0 ;;
     esac
     # create from inside the chroot (no symlink escapes), then make each ancestor traversable
@@ -197,11 +211,6 @@ mount_once "$ROOT/proc" -t proc proc
 mkdir -p "$ROOT/dev/shm"
 mount_once "$ROOT/dev/shm" -t tmpfs -o mode=1777,size=1g tmpfs
 
-VENVS=()
-for v in "$@"; do
-    [[ -x "$v/bin/python" ]] || die "$v is not a virtual environment (no $v/bin/python)"
-    VENVS+=("$(readlink -f "$v")")
-done
 PREFIXES=()
 if [[ ${#VENVS[@]} -eq 0 ]]; then
     if command -v python3 >/dev/null; then

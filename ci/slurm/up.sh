@@ -145,7 +145,9 @@ SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$REALMEM State=UNKNOWN
+# four fake GPUs (gres.conf points at empty files in the state dir) so --gres=gpu:N jobs run
+GresTypes=gpu
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$REALMEM Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 )
@@ -198,6 +200,9 @@ done
 mkdir -p /etc/slurm
 printf '%s\n' "$NEWCONF" >"$CONF"
 chmod 0644 "$CONF"
+for i in 0 1 2 3; do : >"$STATE/fakegpu$i"; done
+printf 'AutoDetect=off\nName=gpu File=%s/fakegpu[0-3]\n' "$STATE" >/etc/slurm/gres.conf
+chmod 0644 /etc/slurm/gres.conf
 mark config
 
 # ---------------------------------------------------------------- munge

@@ -27,6 +27,7 @@ SYSTEMS = {
     "slurm": "hybrid.batch.slurm:Slurm",
     "pbs": "hybrid.batch.pbs:PBS",
     "lsf": "hybrid.batch.lsf:LSF",
+    "local": "hybrid.batch.local:LocalProcesses",
 }
 
 
