@@ -59,7 +59,8 @@ def is_gpu_task(function: Any) -> bool:
 def gpu_fraction(value: float | None = None) -> float:
     """The GPU share one GPU task asks for (argument, else configuration), validated."""
     fraction = config.get("annotator.gpu-fraction") if value is None else value
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
+            0 < fraction <= 1):
         raise ConfigurationError(
             "hybrid.annotator.gpu-fraction", fraction, "a number in (0, 1], e.g. 0.5"
         )
@@ -71,10 +72,15 @@ def task_resources(gpu: bool, fraction: float | None = None) -> dict[str, float]
     return {GPU: gpu_fraction(fraction)} if gpu else {NOT_GPU: 1}
 
 
-def worker_resources(number_of_gpus: int, number_of_threads: int) -> dict[str, float]:
-    """The resources a worker advertises: GPU workers only GPU, CPU workers only notGPU."""
+def worker_resources(number_of_gpus: int, number_of_threads: int,
+                     serves_cpu_tasks: bool = False) -> dict[str, float]:
+    """The resources a worker advertises: GPU workers only GPU, CPU workers only notGPU.
+
+    ``serves_cpu_tasks`` lets a GPU worker take CPU tasks too (``notGPU=<threads>``), for a
+    cluster that has no CPU workers at all: otherwise its CPU tasks could never run.
+    """
     if number_of_gpus > 0:
-        return {GPU: number_of_gpus, NOT_GPU: 0}
+        return {GPU: number_of_gpus, NOT_GPU: number_of_threads if serves_cpu_tasks else 0}
     return {GPU: 0, NOT_GPU: number_of_threads}
 
 

@@ -260,6 +260,8 @@ class HybridCluster(Cluster):
     ) -> Pool:
         """Add a named pool and return it (nothing is submitted until :meth:`scale`).
 
+        ``serves_unannotated`` (default: True for CPU pools) makes the pool's workers take
+        CPU tasks too; give it to a GPU pool that has no CPU pool beside it.
         ``resources`` gives threads, GPUs, memory and wall time; the dask-jobqueue keys
         ``cores``, ``memory``, ``processes``, ``walltime``, ``job_extra_directives``,
         ``worker_extra_args`` and ``job_script_prologue`` mean what they mean there.
@@ -302,7 +304,7 @@ class HybridCluster(Cluster):
             scheduler_address=self.worker_scheduler_address,
             nthreads=threads,
             memory_limit=memory_bytes // processes if memory_bytes else None,
-            resources=worker_resources(gpus, threads),
+            resources=worker_resources(gpus, threads, bool(serves_unannotated)),
             tls=tls,
             scheduler_sni=self.scheduler_sni,
             python=python,
@@ -541,5 +543,5 @@ def _lease_seconds(value: Any, field: str) -> int:
         raise ConfigurationError(field, raw, 'a duration such as "24h" or 3600') from None
     if not seconds or seconds <= 0:
         raise ConfigurationError(field, raw, "a duration > 0")
-    return int(math.ceil(seconds))
+    return math.ceil(seconds)
 

@@ -61,7 +61,7 @@ def parse_memory(value: Any, field: str) -> pint.Quantity:
 
 def to_bytes(quantity: pint.Quantity) -> int:
     """Whole bytes in a memory quantity."""
-    return int(round(quantity.to(unit.byte).magnitude))
+    return round(quantity.to(unit.byte).magnitude)
 
 
 def format_bytes(n: int) -> str:

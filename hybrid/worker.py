@@ -66,7 +66,8 @@ class ContainerOptions:
         if not isinstance(self.image, str) or not self.image.strip():
             raise ConfigurationError("container.image", self.image, "a path or URI of an image")
         if self.runtime not in ("apptainer", "singularity"):
-            raise ConfigurationError("container.runtime", self.runtime, '"apptainer" or "singularity"')
+            raise ConfigurationError("container.runtime", self.runtime,
+                                     '"apptainer" or "singularity"')
         for bind in self.binds:
             if not isinstance(bind, str) or not bind or "\n" in bind or "," in bind:
                 raise ConfigurationError(

@@ -1,6 +1,22 @@
 """Backends in the style of openff-evaluator's: context managers with ``submit_task``."""
 
 from hybrid.backends.base import BaseDaskBackend
+from hybrid.backends.batch import (
+    BaseDaskJobQueueBackend,
+    DaskHTCondorBackend,
+    DaskLSFBackend,
+    DaskPBSBackend,
+    DaskSLURMBackend,
+)
 from hybrid.backends.local import DaskLocalCluster, NoGPUWarning
 
-__all__ = ["BaseDaskBackend", "DaskLocalCluster", "NoGPUWarning"]
+__all__ = [
+    "BaseDaskBackend",
+    "BaseDaskJobQueueBackend",
+    "DaskHTCondorBackend",
+    "DaskLSFBackend",
+    "DaskLocalCluster",
+    "DaskPBSBackend",
+    "DaskSLURMBackend",
+    "NoGPUWarning",
+]

@@ -40,7 +40,8 @@ def detect_gpus() -> list[str]:
 
 
 def local_worker_specs(
-    pool: str, count: int, resources: ComputeResources, devices: list[str] | None = None
+    pool: str, count: int, resources: ComputeResources, devices: list[str] | None = None,
+    serves_cpu_tasks: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """``SpecCluster`` worker specs for ``count`` local workers of one pool.
 
@@ -78,7 +79,8 @@ def local_worker_specs(
             "cls": Nanny,
             "options": {
                 "nthreads": resources.number_of_threads,
-                "resources": worker_resources(gpus, resources.number_of_threads),
+                "resources": worker_resources(gpus, resources.number_of_threads,
+                                              serves_cpu_tasks),
                 "env": env,
                 "name": f"{pool}-{i}",
             },
@@ -154,11 +156,13 @@ class DaskLocalCluster(BaseDaskBackend):
         specs: dict[str, dict[str, Any]] = {}
         devices = None
         offset = 0
+        # With no CPU pool at all, GPU workers take CPU tasks too, or those would never run.
+        only_gpu = all(resources.is_gpu for _, resources in self.pools.values())
         for name, (count, resources) in self.pools.items():
             if resources.is_gpu and devices is None:
                 devices = detect_gpus()
             pool_devices = devices[offset:] if devices else devices
-            pool_specs = local_worker_specs(name, count, resources, pool_devices)
+            pool_specs = local_worker_specs(name, count, resources, pool_devices, only_gpu)
             for spec in pool_specs.values():
                 spec["options"]["silence_logs"] = self.silence_logs
             specs.update(pool_specs)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from hybrid import config
 from hybrid.errors import BatchError, ConfigurationError
 from hybrid.templates import render
+from hybrid.units import parse_walltime
 from hybrid.worker import TLSFiles, WorkerOptions, check_name
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,14 @@ class JobSpec:
             raise ConfigurationError("gpus", self.gpus, "an integer >= 0")
         if self.lease_seconds <= 0:
             raise ConfigurationError("hybrid.batch.lease", self.lease_seconds, "a duration > 0")
+        if self.walltime is not None:
+            object.__setattr__(self, "walltime", parse_walltime(self.walltime, "walltime"))
+        if re.search(r"[\s,'\"\\]", self.worker.scheduler_address):
+            # the address rides in every system's job tag (comment, -v variable, -Jd)
+            raise ConfigurationError(
+                "scheduler_address", self.worker.scheduler_address,
+                "an address without white space, commas, quotes or backslashes",
+            )
 
     @property
     def name_prefix(self) -> str:
@@ -125,13 +134,25 @@ def tag_prefix() -> str:
     return check_name(str(config.get("batch.tag")), "hybrid.batch.tag")
 
 
+def parse_tag(value: str) -> tuple[str | None, str | None, str | None]:
+    """``<tag>:<cluster>:<pool>[:<scheduler address>]`` -> (cluster, pool, scheduler).
+
+    Slurm carries it in ``--comment``, PBS in a job variable, LSF in ``-Jd``.
+    """
+    parts = value.split(":", 3)
+    if len(parts) >= 3 and parts[0] == tag_prefix():
+        return parts[1], parts[2], parts[3] if len(parts) == 4 else None
+    return None, None, None
+
+
 def worker_name_suffix(job_id: str) -> str:
     """The part of a worker name the job derives from its id (as the shell wrapper does)."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", job_id)
 
 
 def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float = 60,
-                check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+                check: bool = True, env: dict[str, str] | None = None,
+                ) -> subprocess.CompletedProcess:
     """Run a batch tool; a missing tool or a failure raises :class:`BatchError` with its words."""
     try:
         result = subprocess.run(
@@ -378,6 +399,22 @@ class BatchPool:
                     )
                 time.sleep(0.5)
         finally:
-            if self._staging is not None:
-                shutil.rmtree(self._staging, ignore_errors=True)
-                self._staging = None
+            self.close_staging()
+
+    def close_staging(self) -> None:
+        """Delete the staging directory (job files, TLS copies)."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+
+def remove_staging_of(cluster: str) -> list[Path]:
+    """Delete every staging directory of ``cluster`` (after its jobs are gone)."""
+    root = staging_root()
+    removed = []
+    if root.is_dir():
+        for path in root.glob(f"{cluster}-*-*"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed

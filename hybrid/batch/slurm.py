@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from hybrid.batch.base import BatchSystem, JobSpec, JobState, JobStatus, run_command, tag_prefix
+from hybrid.batch.base import BatchSystem, JobSpec, JobState, JobStatus, parse_tag, run_command
 from hybrid.errors import BatchError
 
 _STATES = {
@@ -34,13 +34,6 @@ def slurm_state(state: str, reason: str | None) -> JobState:
     if mapped is JobState.pending and reason and "held" in reason.lower():
         return JobState.held
     return mapped
-
-
-def _parse_tag(comment: str) -> tuple[str | None, str | None]:
-    parts = comment.split(":")
-    if len(parts) == 3 and parts[0] == tag_prefix():
-        return parts[1], parts[2]
-    return None, None
 
 
 class Slurm(BatchSystem):
@@ -79,11 +72,12 @@ class Slurm(BatchSystem):
             if len(fields) != 4:
                 continue
             job_id, state, reason, comment = (f.strip() for f in fields)
-            owner, pool = _parse_tag(comment)
+            owner, pool, scheduler = parse_tag(comment)
             if owner is None or (cluster is not None and owner != cluster):
                 continue
             found[job_id] = JobStatus(job_id, slurm_state(state, reason),
-                                      None if reason in ("None", "") else reason, owner, pool)
+                                      None if reason in ("None", "") else reason, owner, pool,
+                                      scheduler)
         if history and ids is not None:
             for job_id in ids:
                 if job_id not in found:
@@ -101,17 +95,25 @@ class Slurm(BatchSystem):
         fields = dict(
             word.split("=", 1) for word in result.stdout.split() if "=" in word
         )
-        owner, pool = _parse_tag(fields.get("Comment", ""))
+        owner, pool, scheduler = parse_tag(fields.get("Comment", ""))
         if owner is None:
             return None
         reason = fields.get("Reason")
         state = slurm_state(fields.get("JobState", ""), reason)
         if state is JobState.failed and fields.get("ExitCode"):
             reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
-        return JobStatus(job_id, state, None if reason in (None, "None") else reason, owner, pool)
+        return JobStatus(job_id, state, None if reason in (None, "None") else reason, owner, pool,
+                         scheduler)
 
     def remove(self, job_ids: Iterable[str]) -> None:
-        """``scancel`` exactly these array tasks."""
+        """``scancel`` exactly these array tasks (tasks that already ended are fine)."""
         ids = list(job_ids)
-        if ids:
-            run_command(["scancel", *ids])
+        if not ids:
+            return
+        result = run_command(["scancel", *ids], check=False)
+        if result.returncode != 0:
+            words = result.stderr.strip()
+            benign = ("already completing or completed", "Invalid job id")
+            lines = [line for line in words.splitlines() if not any(b in line for b in benign)]
+            if lines:
+                raise BatchError(f"scancel failed (exit {result.returncode}): {words}")

@@ -1,0 +1,28 @@
+#!/bin/sh
+#BSUB -J "HybridCluster-demo-gpu[1-2]"
+#BSUB -Jd "HybridCluster:demo:gpu:tcp://10.1.2.3:8786"
+#BSUB -n 4
+#BSUB -R "span[hosts=1]"
+#BSUB -M 16385MB
+#BSUB -R "rusage[mem=16385MB]"
+#BSUB -gpu "num=2"
+#BSUB -W 06:30
+#BSUB -q gpuq
+#BSUB -P proj-7
+#BSUB -o /scratch/hybrid/jobs/demo-pool-0a1b2c3d/worker-%J_%I.log
+#BSUB -x
+#BSUB -app chem
+HYBRID_JOB_ID="${LSB_JOBID}[${LSB_JOBINDEX}]"
+export HYBRID_JOB_ID
+# hybrid worker of cluster demo, pool gpu
+umask 077
+PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+export PATH
+export DASK_DISTRIBUTED__WORKER__DAEMON=False
+export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
+export OMP_NUM_THREADS=4
+# --- setup commands given by the user ---
+module load cuda/12.2
+# --- end of setup commands ---
+hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+exec /opt/hybrid/venv/bin/python -m dask worker tcp://10.1.2.3:8786 --nthreads 4 --resources 'GPU=2 notGPU=0' --no-nanny --death-timeout 60 --name demo-gpu-"$hybrid_suffix"

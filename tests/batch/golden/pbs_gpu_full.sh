@@ -1,0 +1,27 @@
+#!/bin/sh
+#PBS -N HybridCluster-demo-gpu
+#PBS -J 1-2
+#PBS -l select=1:ncpus=4:mem=16385mb:ngpus=2
+#PBS -l walltime=06:30:00
+#PBS -q gpuq
+#PBS -A proj-7
+#PBS -v HYBRID_TAG=HybridCluster:demo:gpu:tcp://10.1.2.3:8786
+#PBS -S /bin/sh
+#PBS -o /scratch/hybrid/jobs/demo-pool-0a1b2c3d/
+#PBS -j oe
+#PBS -l place=excl
+#PBS -W group_list=chem
+HYBRID_JOB_ID="${PBS_JOBID}"
+export HYBRID_JOB_ID
+# hybrid worker of cluster demo, pool gpu
+umask 077
+PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+export PATH
+export DASK_DISTRIBUTED__WORKER__DAEMON=False
+export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
+export OMP_NUM_THREADS=4
+# --- setup commands given by the user ---
+module load cuda/12.2
+# --- end of setup commands ---
+hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+exec /opt/hybrid/venv/bin/python -m dask worker tcp://10.1.2.3:8786 --nthreads 4 --resources 'GPU=2 notGPU=0' --no-nanny --death-timeout 60 --name demo-gpu-"$hybrid_suffix"
