@@ -47,7 +47,13 @@ def gpu_task(function: F) -> F:
     """Mark ``function`` as a GPU task (a decorator). The function itself is unchanged."""
     if not callable(function):
         raise ConfigurationError("gpu_task", function, "a callable to mark as a GPU task")
-    setattr(function, _MARK, True)
+    try:
+        setattr(function, _MARK, True)
+    except (AttributeError, TypeError):
+        raise ConfigurationError(
+            "gpu_task", function,
+            "a function whose attributes can be set: put @gpu_task below @dask.delayed",
+        ) from None
     return function
 
 

@@ -9,7 +9,7 @@ import click
 from hybrid import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="hybrid", context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="hybrid")
 def cli() -> None:
     """hybrid: Dask work on heterogeneous facility resources."""

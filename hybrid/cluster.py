@@ -192,6 +192,9 @@ class HybridCluster(Cluster):
         for pool in list(getattr(self, "pools", {}).values()):
             try:
                 pool.batch.close()
+                closed = getattr(pool.system, "cluster_closed", None)
+                if closed is not None:
+                    closed(self.name)  # what the system keeps per cluster (a TLS secret)
             except Exception as error:  # keep closing the other pools
                 errors.append(f"pool {pool.name}: {error}")
         try:
@@ -298,6 +301,11 @@ class HybridCluster(Cluster):
             settings["nanny"] = nanny
         settings["extra_args"] = tuple(settings["extra_args"]) + tuple(worker_extra_args)
         if processes > 1:
+            if not settings["nanny"] or self.scheduler_sni:
+                raise ConfigurationError(
+                    f"{field}.processes", processes,
+                    "1 when workers run without a nanny (nanny=False, or an SNI, which a "
+                    "nanny cannot pass): several worker processes per job need a nanny")
             settings["extra_args"] += ("--nworkers", str(processes))
         tls = self._worker_tls()
         worker = WorkerOptions(
@@ -318,6 +326,9 @@ class HybridCluster(Cluster):
             prologue=tuple(job_script_prologue), env=dict(env or {}),
             lease_seconds=lease_seconds, tls_source=tls,
         )
+        if isinstance(resources, PodResources) and not isinstance(system, BatchSystem) and str(
+                system).lower() == "kubernetes":
+            system_options.setdefault("pod_resources", resources)  # affinity, storage, ...
         batch_system = system if isinstance(system, BatchSystem) else get_system(
             system, **system_options)
         pool = Pool(name, BatchPool(batch_system, spec), processes, threads, gpus,
@@ -366,10 +377,18 @@ class HybridCluster(Cluster):
         elif len(active) > n:
             self._retire(pool, len(active) - n, idle_only=idle_only)
 
+    def _live_workers(self) -> dict[str, dict[str, Any]]:
+        """Worker address -> info, asked of the scheduler now.
+
+        Not the pushed ``scheduler_info``: a second cluster manager on the same scheduler (a
+        ``connect`` from another process) takes over that subscription.
+        """
+        return dict(self.sync(self.scheduler_comm.identity).get("workers", {}))
+
     def _pool_workers(self, pool: Pool) -> dict[str, str]:
         """Job id -> worker address, for the pool's connected workers."""
         out = {}
-        for address, info in dict(self.scheduler_info.get("workers", {})).items():
+        for address, info in self._live_workers().items():
             name = str(info.get("name", ""))
             job_id = pool.batch.job_id_of_worker(_strip_process_index(name, pool.processes))
             if job_id is not None:
@@ -390,8 +409,8 @@ class HybridCluster(Cluster):
         left = count - len(chosen)
         if left > 0 and connected:
             load = busy if busy is not None else self._busy()
-            names = {a: str(self.scheduler_info["workers"][a].get("name"))
-                     for a in connected.values() if a in self.scheduler_info["workers"]}
+            live = self._live_workers()
+            names = {a: str(live[a].get("name")) for a in connected.values() if a in live}
             candidates = sorted(connected.items(), key=lambda kv: load.get(names.get(kv[1]), 0))
             if idle_only:
                 candidates = [kv for kv in candidates if load.get(names.get(kv[1]), 0) == 0]
@@ -442,7 +461,7 @@ class HybridCluster(Cluster):
         """Names of the connected workers of ``pool`` (or of every pool)."""
         pools = [self.pool(pool)] if pool is not None else list(self.pools.values())
         names = []
-        for info in dict(self.scheduler_info.get("workers", {})).values():
+        for info in self._live_workers().values():
             name = str(info.get("name", ""))
             if any(p.batch.job_id_of_worker(_strip_process_index(name, p.processes))
                    for p in pools):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import dask.config
+import distributed  # noqa: F401  (its defaults first, so that ours replace them)
 import yaml
 
 DEFAULTS_FILE = Path(__file__).with_name("hybrid.yaml")
@@ -24,6 +25,9 @@ def _load_defaults() -> dict[str, Any]:
     # Values already set by the user's YAML or DASK_HYBRID__... variables are kept; values
     # still at another package's default (distributed's) take ours.
     dask.config.update_defaults(defaults)
+    # The user's YAML files and DASK_* variables win, even where they equal distributed's own
+    # defaults (which update_defaults would otherwise replace by ours).
+    dask.config.update(dask.config.config, dask.config.collect(), priority="new")
     return defaults
 
 

@@ -13,6 +13,7 @@ class ConfigurationError(HybridError, ValueError):
     """A user-given value is not acceptable. Nothing was started or submitted."""
 
     def __init__(self, field: str, value: Any, accepted: str, fix: str | None = None):
+        self.fix = fix
         self.field = field
         self.value = value
         self.accepted = accepted
@@ -22,7 +23,7 @@ class ConfigurationError(HybridError, ValueError):
         super().__init__(message)
 
     def __reduce__(self):
-        return (type(self), (self.field, self.value, self.accepted))
+        return (type(self), (self.field, self.value, self.accepted, self.fix))
 
 
 class TemplateError(HybridError, ValueError):

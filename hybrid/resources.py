@@ -66,7 +66,10 @@ def _count(value: Any, field: str, minimum: int = 0) -> int:
 
 
 def _quantity_text(quantity: pint.Quantity) -> str:
-    return f"{quantity.magnitude!r} {quantity.units}"
+    magnitude = quantity.magnitude
+    if hasattr(magnitude, "item"):  # numpy scalars: their repr is not a number pint reads
+        magnitude = magnitude.item()
+    return f"{magnitude!r} {quantity.units}"
 
 
 class _Resources:
@@ -153,7 +156,8 @@ class _Resources:
         return value
 
     def __hash__(self) -> int:
-        return hash(tuple(self._comparable(f) for f in self._fields))
+        return hash(json.dumps([self._comparable(f) for f in self._fields], sort_keys=True,
+                               default=str))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{f}={v!r}" for f, v in self.to_dict().items())

@@ -8,12 +8,15 @@ from hybrid.backends.batch import (
     DaskPBSBackend,
     DaskSLURMBackend,
 )
+from hybrid.backends.kubernetes import DaskKubernetesBackend, DaskKubernetesExistingBackend
 from hybrid.backends.local import DaskLocalCluster, NoGPUWarning
 
 __all__ = [
     "BaseDaskBackend",
     "BaseDaskJobQueueBackend",
     "DaskHTCondorBackend",
+    "DaskKubernetesBackend",
+    "DaskKubernetesExistingBackend",
     "DaskLSFBackend",
     "DaskLocalCluster",
     "DaskPBSBackend",

@@ -9,6 +9,7 @@ from typing import Any
 from distributed import Future
 
 from hybrid.annotator import HybridClient
+from hybrid.annotator import gpu_fraction as validated_gpu_fraction
 from hybrid.errors import HybridError
 
 
@@ -20,6 +21,8 @@ class BaseDaskBackend(abc.ABC):
     """
 
     def __init__(self, annotate_resources: bool | None = None, gpu_fraction: float | None = None):
+        if gpu_fraction is not None:
+            validated_gpu_fraction(gpu_fraction)
         self.annotate_resources = annotate_resources
         self.gpu_fraction = gpu_fraction
         self._client: HybridClient | None = None

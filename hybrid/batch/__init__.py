@@ -28,11 +28,12 @@ SYSTEMS = {
     "pbs": "hybrid.batch.pbs:PBS",
     "lsf": "hybrid.batch.lsf:LSF",
     "local": "hybrid.batch.local:LocalProcesses",
+    "kubernetes": "hybrid.kubernetes.pods:KubernetesPods",
 }
 
 
 def get_system(name: str, **options) -> BatchSystem:
-    """The batch system called ``name`` (``"htcondor"``, ``"slurm"``, ``"pbs"``, ``"lsf"``)."""
+    """The system called ``name``: htcondor, slurm, pbs, lsf, local or kubernetes."""
     import importlib
 
     key = str(name).lower()

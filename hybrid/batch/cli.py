@@ -19,7 +19,7 @@ from hybrid.errors import HybridError
 from hybrid.units import parse_memory, parse_walltime, to_bytes
 from hybrid.worker import ContainerOptions, TLSFiles, WorkerOptions, default_worker_settings
 
-SYSTEM_NAMES = sorted(set(SYSTEMS) | {"kubernetes"})
+SYSTEM_NAMES = sorted(SYSTEMS)
 
 
 def _fail_clearly(function: Callable) -> Callable:
@@ -128,10 +128,6 @@ def _build(system_name: str, scheduler_address: str, cluster_name: str, pool_nam
 
 
 def _system(name: str, **options: Any) -> BatchSystem:
-    if name == "kubernetes":
-        from hybrid.batch import SYSTEMS as registry
-
-        registry.setdefault("kubernetes", "hybrid.kubernetes.pods:KubernetesPods")
     return get_system(name, **options)
 
 
@@ -268,6 +264,9 @@ def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
         batch_system.remove([j.job_id for j in orphans])
         for cluster in {j.cluster for j in orphans if j.cluster}:
             remove_staging_of(cluster)
+            closed = getattr(batch_system, "cluster_closed", None)
+            if closed is not None:
+                closed(cluster)  # e.g. the cluster's Kubernetes TLS secret
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "orphans": [j.as_dict() for j in orphans]}))
     else:

@@ -1,0 +1,435 @@
+"""A real dask-gateway-server on 127.0.0.1 for development and tests (``hybrid gateway dev``).
+
+:func:`start_dev_gateway` writes a scheduler-only configuration
+(:mod:`hybrid.gateway.server_config`) into a private state directory, runs
+``dask-gateway-server`` as a subprocess in its own process group, waits until its API answers
+and returns a :class:`DevGateway` (a context manager) with the addresses and credentials a
+client needs. :meth:`DevGateway.stop` stops the server (which stops its clusters), then ends
+whatever process the server had started that is still there, and removes a temporary state
+directory.
+
+The server uses ``UnsafeLocalBackend``: schedulers run as the invoking user, which is what a
+one-user development server wants, root included (``LocalBackend`` would switch to the Unix
+user named by each login, so every login name would have to be a real account).
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybrid.errors import ConfigurationError, HybridError
+from hybrid.gateway.server_config import GatewayServerConfig
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+PASSWORD_FILE = "password"
+DB_KEY_FILE = "db-key"
+CONFIG_FILE = "dask_gateway_config.py"
+LOG_FILE = "gateway.log"
+DATABASE_FILE = "gateway.sqlite"
+CLUSTERS_DIRECTORY = "clusters"
+
+
+class DevGatewayError(HybridError, RuntimeError):
+    """The development gateway did not start or stop; the message carries its log's tail."""
+
+
+def _write_private(path: Path, data: str) -> None:
+    """Write ``data`` to a file only its owner can read (0600 from creation on)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _check_port(value: Any, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ConfigurationError(field_name, value, "a port 1-65535, or 0 to pick a free one")
+    if value:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((HOST, value))
+            except OSError:
+                raise ConfigurationError(field_name, value, f"a port free on {HOST}",
+                                         "Something already uses it; give another or 0.",
+                                         ) from None
+    return value
+
+
+def _check_password(value: Any) -> str:
+    if not isinstance(value, str) or not value or value != value.strip() or any(
+            ch in value for ch in "\r\n\0"):
+        raise ConfigurationError("password", "<hidden>",
+                                 "a non-empty password without surrounding blanks or newlines")
+    return value
+
+
+def _check_username(value: Any) -> str:
+    if not isinstance(value, str) or not value or ":" in value or any(
+            ch.isspace() for ch in value):
+        raise ConfigurationError("username", value, "a non-empty name without ':' or blanks")
+    return value
+
+
+@dataclass
+class DevGateway:
+    """A running development gateway: where it listens, how to log in, how to stop it."""
+
+    #: The HTTP address clients connect to (``Gateway(address=...)``).
+    address: str
+    #: The TCP proxy as ``dask_gateway.Gateway`` wants it (``gateway://127.0.0.1:PORT``).
+    proxy_address: str
+    username: str
+    password: str = field(repr=False)
+    state_dir: Path
+    pid: int
+    process: subprocess.Popen = field(repr=False)
+    temporary_state: bool = False
+    _stopped: bool = field(default=False, repr=False)
+
+    # -- what a client needs ------------------------------------------------------------
+    @property
+    def proxy_port(self) -> int:
+        """The TCP proxy's port."""
+        return int(self.proxy_address.rsplit(":", 1)[1])
+
+    @property
+    def worker_scheduler_address(self) -> str:
+        """What an external worker dials (with ``--scheduler-sni daskgateway-<cluster>``)."""
+        return f"tls://{HOST}:{self.proxy_port}"
+
+    def auth(self) -> Any:
+        """``dask_gateway.BasicAuth`` with this gateway's user and password."""
+        from dask_gateway import BasicAuth
+
+        return BasicAuth(self.username, self.password)
+
+    def gateway_kwargs(self) -> dict[str, Any]:
+        """``Gateway(**dev.gateway_kwargs())`` (or any subclass, e.g. HTCGateway)."""
+        return {"address": self.address, "proxy_address": self.proxy_address,
+                "auth": self.auth()}
+
+    def gateway(self, cls: type | None = None, **kwargs: Any) -> Any:
+        """A client of this gateway: ``cls`` (default ``dask_gateway.Gateway``) instance."""
+        if cls is None:
+            from dask_gateway import Gateway as cls
+        return cls(**{**self.gateway_kwargs(), **kwargs})
+
+    def connect_snippet(self) -> str:
+        """The Python a user pastes to connect (holds the password)."""
+        return (
+            "from dask_gateway import BasicAuth\n"
+            "from hybrid.gateway.client import HTCGateway\n\n"
+            f"gateway = HTCGateway(address={self.address!r}, "
+            f"proxy_address={self.proxy_address!r},\n"
+            f"                     auth=BasicAuth({self.username!r}, {self.password!r}))\n"
+        )
+
+    def banner(self) -> str:
+        """What ``hybrid gateway dev`` prints once: addresses, credentials, the Python."""
+        state = ("temporary, removed on exit" if self.temporary_state
+                 else str(self.state_dir))
+        return (
+            "hybrid dev gateway (dask-gateway-server, scheduler-only clusters)\n"
+            f"  address:        {self.address}\n"
+            f"  proxy (TCP):    {self.proxy_address}   "
+            f"workers dial {self.worker_scheduler_address}\n"
+            f"  user/password:  {self.username} / {self.password}\n"
+            f"  state:          {state}\n"
+            f"  server pid:     {self.pid}\n\n"
+            "Connect with:\n\n" + self.connect_snippet() +
+            "\nCtrl-C stops the gateway and its clusters.\n"
+        )
+
+    # -- files --------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        """The rendered ``dask_gateway_config.py``."""
+        return self.state_dir / CONFIG_FILE
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log (stdout and stderr)."""
+        return self.state_dir / LOG_FILE
+
+    def log_text(self) -> str:
+        """The server's log so far ("" once a temporary state directory is gone)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server's log."""
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    # -- life cycle ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True while the server process runs."""
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop the server and its clusters; end what is left of them; remove a temp state."""
+        if self._stopped:
+            return
+        import psutil
+
+        self._stopped = True
+        descendants: list[psutil.Process] = []
+        try:
+            descendants = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            pass
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning("dask-gateway-server (pid %d) did not stop in %g s: killing its "
+                               "process group", self.pid, timeout)
+                _kill_group(self.pid)
+                self.process.wait(10)
+        # what the server started and left (psutil checks each is still that very process)
+        descendants += _processes_working_in(self.state_dir / CLUSTERS_DIRECTORY)
+        _end_processes(descendants)
+        if self.temporary_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> DevGateway:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Any:
+    """A function for ``preexec_fn`` that makes the server get SIGTERM when its parent dies,
+    so a killed test run or CLI leaves no gateway (and no cluster) behind. Linux only; the
+    C function is looked up here, in the parent, so the child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_parent_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    return set_parent_death_signal
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _processes_working_in(directory: Path) -> list[Any]:
+    """Processes whose working directory is under ``directory`` (our clusters' schedulers)."""
+    import psutil
+
+    found = []
+    root = str(directory)
+    for process in psutil.process_iter():
+        try:
+            cwd = process.cwd()
+        except psutil.Error:
+            continue
+        if cwd == root or cwd.startswith(root + os.sep):
+            found.append(process)
+    return found
+
+
+def _end_processes(processes: list[Any], grace: float = 5) -> None:
+    """SIGTERM, then SIGKILL, the processes (psutil objects) that still run."""
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for process in alive:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _gone, alive = psutil.wait_procs(alive, timeout=grace)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def _prepare_state_dir(state_dir: str | os.PathLike | None) -> tuple[Path, bool]:
+    if state_dir is None:
+        return Path(tempfile.mkdtemp(prefix="hybrid-gateway-")), True
+    path = Path(state_dir).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError("state_dir", str(path), "a directory (or a path to create)")
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+    return path, False
+
+
+def _wait_until_answering(gateway: DevGateway, timeout: float) -> None:
+    url = gateway.address + "/api/health"
+    deadline = time.monotonic() + timeout
+    while True:
+        if not gateway.running:
+            raise DevGatewayError(
+                f"dask-gateway-server exited (code {gateway.process.returncode}) before its API "
+                f"answered. Its log ends with:\n{gateway.log_tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise DevGatewayError(
+                f"dask-gateway-server did not answer at {url} within {timeout:g} s. Its log ends "
+                f"with:\n{gateway.log_tail()}")
+        time.sleep(0.1)
+
+
+def start_dev_gateway(
+    *,
+    port: int = 0,
+    proxy_port: int = 0,
+    password: str | None = None,
+    username: str | None = None,
+    state_dir: str | os.PathLike | None = None,
+    preload: str = "module",
+    heartbeat_period: int | None = None,
+    idle_timeout: Any = 0,
+    max_lifetime: Any = 0,
+    client_timeout: Any = 0,
+    cluster_start_timeout: Any = 60,
+    start_timeout: float = 60,
+) -> DevGateway:
+    """Start a real dask-gateway-server on 127.0.0.1 and wait until it answers.
+
+    ``port`` is the HTTP address users connect to, ``proxy_port`` the TCP proxy workers and
+    clients reach schedulers through (0: a free port). Without ``password`` one is generated
+    (or, with a ``state_dir`` that has one, reused). Without ``state_dir`` the state (config,
+    password, database, log, cluster directories) lives in a temporary directory removed by
+    :meth:`DevGateway.stop`. The other settings are those of
+    :class:`~hybrid.gateway.server_config.GatewayServerConfig`.
+    """
+    _check_port(port, "port")
+    _check_port(proxy_port, "proxy_port")
+    if port and port == proxy_port:
+        raise ConfigurationError("proxy_port", proxy_port, "a port other than port",
+                                 "Give two different ports, or 0 to pick free ones.")
+    if password is not None:
+        _check_password(password)
+    username = _check_username(username if username is not None else getpass.getuser())
+    if not isinstance(start_timeout, (int, float)) or start_timeout <= 0:
+        raise ConfigurationError("start_timeout", start_timeout, "a number of seconds > 0")
+    if state_dir is not None:
+        existing = Path(state_dir).expanduser()
+        if existing.exists() and not existing.is_dir():
+            raise ConfigurationError("state_dir", str(state_dir),
+                                     "a directory (or a path to create)")
+
+    ports = {"port": port or free_port(), "proxy_port": proxy_port or free_port()}
+    api_port = free_port()
+    while api_port in ports.values():
+        api_port = free_port()
+    if ports["port"] == ports["proxy_port"]:
+        ports["proxy_port"] = free_port()
+
+    # Validate the whole configuration before anything is written or started.
+    def settings(path: Path) -> GatewayServerConfig:
+        return GatewayServerConfig(
+            backend="unsafe-local", authenticator="simple",
+            password_file=str(path / PASSWORD_FILE),
+            address=f"{HOST}:{api_port}", proxy_address=f"{HOST}:{ports['port']}",
+            tcp_proxy_address=f"{HOST}:{ports['proxy_port']}",
+            scheduler_command=(sys.executable, "-m", "dask", "scheduler"), preload=preload,
+            heartbeat_period=heartbeat_period, idle_timeout=idle_timeout,
+            max_lifetime=max_lifetime, client_timeout=client_timeout,
+            cluster_start_timeout=cluster_start_timeout,
+            db_url=f"sqlite:///{path / DATABASE_FILE}", db_key_file=str(path / DB_KEY_FILE),
+            clusters_directory=str(path / CLUSTERS_DIRECTORY),
+        )
+
+    settings(Path(tempfile.gettempdir()))
+    path, temporary = _prepare_state_dir(state_dir)
+    try:
+        config = settings(path)
+        password_path = path / PASSWORD_FILE
+        if password is None and password_path.exists():
+            password = password_path.read_text().strip()
+        if not password:
+            password = secrets.token_urlsafe(24)
+        _write_private(password_path, password + "\n")
+        key_path = path / DB_KEY_FILE
+        if not key_path.exists():
+            _write_private(key_path, base64.b64encode(os.urandom(32)).decode() + "\n")
+        _write_private(path / CONFIG_FILE, config.render())
+        (path / CLUSTERS_DIRECTORY).mkdir(mode=0o700, exist_ok=True)
+        database = path / DATABASE_FILE
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT, 0o600))  # SQLite keeps the mode
+        log_fd = os.open(path / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "dask_gateway_server", "-f", str(path / CONFIG_FILE)],
+                cwd=path, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_parent_death_signal(),
+            )
+        finally:
+            os.close(log_fd)
+    except BaseException:
+        if temporary:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    gateway = DevGateway(
+        address=f"http://{HOST}:{ports['port']}",
+        proxy_address=f"gateway://{HOST}:{ports['proxy_port']}",
+        username=username, password=password, state_dir=path, pid=process.pid,
+        process=process, temporary_state=temporary,
+    )
+    logger.info("dask-gateway-server started (pid %d) at %s, state in %s", process.pid,
+                gateway.address, path)
+    try:
+        _wait_until_answering(gateway, start_timeout)
+    except BaseException:
+        gateway.stop()
+        raise
+    return gateway

@@ -1,0 +1,218 @@
+"""HybridCluster: many pools in one cluster, target scaling, per-pool adaptive, backends.
+
+The HTCondor and Slurm pools here are the REAL systems (fixtures in tests/conftest.py); the
+GPU is faked by the resource the pool advertises (the CI pools declare fake GPUs). PBS and LSF
+run against the executing test doubles of tests/batch/doubles (named as such).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+from hybrid import HybridCluster
+from hybrid.backends import (
+    DaskHTCondorBackend,
+    DaskLSFBackend,
+    DaskPBSBackend,
+    DaskSLURMBackend,
+)
+from hybrid.errors import ConfigurationError, WorkersDidNotArrive
+from hybrid.resources import ComputeResources, QueueWorkerResources
+from tests.batch._tasks import environment_value, pack, simulate, slow_simulation
+from tests.batch.doubles import batch_double
+from tests.batch.test_real_pools import condor_jobs, slurm_jobs
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+def test_gpu_pool_on_htcondor_cpu_pool_on_slurm_route_every_task(
+        htcondor_pool, slurm_cluster, staging) -> None:
+    with HybridCluster(security=True) as cluster:
+        cluster.add_pool("gpu", "htcondor", ComputeResources(number_of_gpus=1), nanny=False)
+        cluster.add_pool("cpu", "slurm", QueueWorkerResources(
+            number_of_threads=1, per_thread_memory_limit="512 MiB", wallclock_time_limit="00:15"),
+            nanny=False)
+        cluster.scale(2, pool="gpu")
+        cluster.scale(2, pool="cpu")
+        cluster.wait_for_workers(4, timeout=150, progress=False)
+        assert cluster.scheduler_address.startswith("tls://")
+        with cluster.get_client() as client:
+            sims = client.gather(client.map(simulate, range(12)))
+            packs = client.gather(client.map(pack, range(12)))
+        assert [r for r, _ in sims] == [s * 3 for s in range(12)]
+        assert [r for r, _ in packs] == [s + 1000 for s in range(12)]
+        assert {w for _, w in sims} <= set(cluster.connected_workers("gpu"))
+        assert {w for _, w in packs} <= set(cluster.connected_workers("cpu"))
+        assert len(condor_jobs(cluster.name)) == 2 and len(slurm_jobs(cluster.name)) == 2
+    # close() removed every job, confirmed by the batch systems themselves
+    assert condor_jobs(cluster.name) == [] and slurm_jobs(cluster.name) == []
+
+
+@pytest.mark.slurm
+def test_scale_up_down_up_the_batch_system_follows_the_target(slurm_cluster, staging) -> None:
+    resources = QueueWorkerResources(per_thread_memory_limit="256 MiB",
+                                     wallclock_time_limit="00:10")
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "slurm", resources, nanny=False)
+        for target in (3, 1, 2):
+            cluster.scale(target)  # one pool: no name needed
+            cluster.scale(target)  # repeating the call never over-submits
+            wait_for(lambda t=target: len(slurm_jobs(cluster.name)) == t, 60,
+                     f"squeue to list {target} job(s)")
+            cluster.wait_for_workers(target, timeout=60, progress=False)
+            wait_for(lambda t=target: len(cluster.connected_workers()) == t, 60,
+                     f"{target} connected worker(s)")
+        assert cluster.pools["cpu"].batch.submit_calls == 2  # 3, then +1
+    assert slurm_jobs(cluster.name) == []
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+def test_adaptive_grows_only_the_pool_whose_resource_is_in_demand(
+        htcondor_pool, slurm_cluster, staging) -> None:
+    with HybridCluster() as cluster:
+        gpu = cluster.add_pool("gpu", "htcondor", ComputeResources(number_of_gpus=1), nanny=False)
+        cpu = cluster.add_pool("cpu", "slurm", QueueWorkerResources(
+            per_thread_memory_limit="256 MiB", wallclock_time_limit="00:10"), nanny=False)
+        gpu_adaptive = cluster.adapt(pool="gpu", minimum=0, maximum=2, interval="1s",
+                                     wait_count=3)
+        cpu_adaptive = cluster.adapt(pool="cpu", minimum=0, maximum=2, interval="1s",
+                                     wait_count=3)
+        with cluster.get_client() as client:
+            futures = client.map(slow_simulation, range(8), pure=False)
+            assert client.gather(futures, errors="raise") == list(range(8))
+            del futures
+        assert gpu.batch.submit_calls >= 1
+        assert cpu.batch.submit_calls == 0  # no CPU demand, no CPU job
+        assert cluster.connected_workers("cpu") == []
+        # the burst is over: the GPU pool goes back to its minimum
+        wait_for(lambda: condor_jobs(cluster.name) == [], 90, "the GPU jobs to be removed")
+        wait_for(lambda: cluster.connected_workers() == [], 60, "the workers to leave")
+        # bounded: no submit/remove loop went unnoticed
+        assert gpu.batch.submit_calls <= 2
+        assert gpu.batch.remove_calls <= 3
+        assert gpu_adaptive.log.errors == [] and cpu_adaptive.log.errors == []
+
+
+def test_local_pool_target_scaling_and_errors(staging) -> None:
+    with HybridCluster() as cluster:
+        with pytest.raises(ConfigurationError, match="add one first"):
+            cluster.scale(1)
+        cluster.add_pool("a", "local", nanny=False)
+        with pytest.raises(ConfigurationError, match="nanny"):
+            cluster.add_pool("b", "local", nanny=False, cores=2, processes=2)
+        cluster.add_pool("b", "local", cores=2, memory="1 GiB", processes=2)
+        with pytest.raises(ConfigurationError, match="pool = None"):
+            cluster.scale(1)
+        with pytest.raises(ConfigurationError, match=r"scale\.n"):
+            cluster.scale(-1, pool="a")
+        with pytest.raises(ConfigurationError, match="processes"):
+            cluster.add_pool("c", "local", cores=2, processes=3)
+        with pytest.raises(ConfigurationError, match="cores"):
+            cluster.add_pool("d", "local", QueueWorkerResources(number_of_threads=4), cores=2)
+        with pytest.raises(ConfigurationError, match="system"):
+            cluster.add_pool("e", "torque")
+        cluster.scale(1, pool="b")
+        # processes=2: one job starts two workers of one thread and 512 MiB each
+        wait_for(lambda: len(cluster.connected_workers("b")) == 2, 60, "two workers of one job")
+        workers = cluster.scheduler_info["workers"].values()
+        assert sorted(w["nthreads"] for w in workers) == [1, 1]
+        assert {w["memory_limit"] for w in workers} == {512 * 2**20}
+        assert len(cluster.pools["b"].batch.active()) == 1
+    assert not any(staging.glob("*"))
+
+
+def test_wait_for_workers_names_the_reason_when_jobs_fail(staging) -> None:
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", python="/nonexistent/python")
+        cluster.scale(1)
+        with pytest.raises(WorkersDidNotArrive, match="exit code"):
+            cluster.wait_for_workers(1, timeout=30, progress=False)
+
+
+@pytest.mark.htcondor
+def test_evaluator_style_htcondor_backend(htcondor_pool, staging) -> None:
+    with DaskHTCondorBackend(minimum_number_of_workers=1, maximum_number_of_workers=1,
+                             resources_per_worker=QueueWorkerResources(number_of_gpus=1),
+                             disable_nanny_process=True) as backend:
+        assert "request_gpus = 1" in backend.job_script()
+        assert backend.submit_task(pack, 1).result()[0] == 1001
+        assert backend.submit_task(simulate, 2).result()[0] == 6
+        name = backend.cluster.name
+    assert condor_jobs(name) == []
+
+
+@pytest.mark.slurm
+def test_evaluator_style_slurm_backend(slurm_cluster, staging) -> None:
+    resources = QueueWorkerResources(number_of_gpus=1, per_thread_memory_limit="256 MiB",
+                                     wallclock_time_limit="00:10")
+    with DaskSLURMBackend(resources_per_worker=resources, queue_name="debug",
+                          setup_script_commands=["export HYBRID_SETUP_RAN=yes"],
+                          extra_script_options=["--nice=10"],
+                          disable_nanny_process=True) as backend:
+        script = backend.job_script()
+        assert "#SBATCH --gres=gpu:1" in script and "#SBATCH --partition=debug" in script
+        assert "#SBATCH --nice=10" in script
+        assert backend.submit_task(environment_value, "HYBRID_SETUP_RAN").result() == "yes"
+        name = backend.cluster.name
+    assert slurm_jobs(name) == []
+
+
+@pytest.mark.parametrize("kind", ["pbs", "lsf"])
+def test_evaluator_style_pbs_and_lsf_backends_against_the_doubles(
+        kind, tmp_path, monkeypatch, staging) -> None:
+    """PBS and LSF cannot run here: their TEST DOUBLES (tests/batch/doubles) execute the jobs."""
+    doubles = os.path.join(os.path.dirname(batch_double.__file__), kind)
+    state = tmp_path / f"{kind}-double-state"
+    monkeypatch.setenv("PATH", f"{doubles}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HYBRID_DOUBLE_PYTHON", sys.executable)
+    monkeypatch.setenv(f"HYBRID_{kind.upper()}_DOUBLE_STATE", str(state))
+    backend_class = DaskPBSBackend if kind == "pbs" else DaskLSFBackend
+    resources = QueueWorkerResources(number_of_gpus=1, wallclock_time_limit="00:10")
+    try:
+        with backend_class(resources_per_worker=resources, disable_nanny_process=True) as backend:
+            script = backend.job_script()
+            assert ("ngpus=1" in script) if kind == "pbs" else ('-gpu "num=1"' in script)
+            assert backend.submit_task(pack, 5).result()[0] == 1005
+            assert backend.submit_task(simulate, 5).result()[0] == 15
+            system = backend.cluster.pools["gpu"].system
+            name = backend.cluster.name
+        assert [j for j in system.query(cluster=name) if j.state.active] == []
+    finally:
+        store = batch_double.StateStore(state)
+        for pid in batch_double.job_pids(store):
+            if batch_double.process_alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def test_jobqueue_keys_keep_their_meaning(staging) -> None:
+    with HybridCluster(scheduler_address=None) as cluster:
+        pool = cluster.add_pool(
+            "cpu", "slurm", cores=4, memory="8 GiB", processes=2, walltime="02:30",
+            job_extra_directives=["--exclusive"], worker_extra_args=["--lifetime", "1h"],
+            job_script_prologue=["module load apptainer"])
+        script = pool.job_script()
+    assert "#SBATCH --cpus-per-task=4" in script
+    assert "#SBATCH --mem=8192M" in script
+    assert "#SBATCH --time=02:30:00" in script
+    assert "#SBATCH --exclusive" in script
+    assert "module load apptainer" in script
+    assert "--nthreads 2 --memory-limit 4294967296" in script
+    assert "--lifetime 1h --nworkers 2" in script

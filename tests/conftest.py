@@ -1,0 +1,78 @@
+"""Session fixtures for the REAL batch systems: an HTCondor personal pool and a Slurm node.
+
+Each fixture brings its system up with the repo's own bring-up script (idempotent, fast when
+already up) and, if it was the one that started it, tears it down at the end of the session.
+Nothing here is a stand-in: tests that use these fixtures talk to the real daemons.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dask
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
+
+
+def _source(env_file: Path) -> None:
+    """Apply the ``export NAME=value`` lines of a bring-up script's env.sh to this process."""
+    for line in env_file.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            name, value = line[len("export "):].split("=", 1)
+            os.environ[name] = value.strip().strip('"').strip("'")
+
+
+def _bring_up(script: str, *args: str) -> bool:
+    """Run a bring-up script; True when this call started the system (it was not up)."""
+    result = subprocess.run(["bash", str(REPO / script), *args], capture_output=True,
+                            text=True, timeout=900)
+    if result.returncode != 0:
+        pytest.fail(f"{script} failed (exit {result.returncode}):\n{result.stdout[-3000:]}\n"
+                    f"{result.stderr[-3000:]}", pytrace=False)
+    return "already up" not in (result.stdout + result.stderr)
+
+
+def _bring_down(script: str) -> None:
+    subprocess.run(["bash", str(REPO / script)], capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def htcondor_pool() -> Iterator[Path]:
+    """The real HTCondor personal pool (ci/htcondor/up.sh); yields its client config path."""
+    started = _bring_up("ci/htcondor/up.sh", sys.prefix)
+    _source(STATE / "htcondor" / "env.sh")
+    import htcondor2
+
+    htcondor2.reload_config()  # the bindings read CONDOR_CONFIG at import time
+    try:
+        yield Path(os.environ["CONDOR_CONFIG"])
+    finally:
+        if started:
+            _bring_down("ci/htcondor/down.sh")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[Path]:
+    """The real single-node Slurm (ci/slurm/up.sh); yields its state directory."""
+    started = _bring_up("ci/slurm/up.sh")
+    _source(STATE / "slurm" / "env.sh")
+    try:
+        yield STATE / "slurm"
+    finally:
+        if started:
+            _bring_down("ci/slurm/down.sh")
+
+
+@pytest.fixture
+def staging(tmp_path: Path) -> Iterator[Path]:
+    """hybrid's staging directory for this test, checked empty of leftovers at the end."""
+    path = tmp_path / "staging"
+    with dask.config.set({"hybrid.batch.staging-directory": str(path)}):
+        yield path

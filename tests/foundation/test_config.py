@@ -1,0 +1,159 @@
+"""hybrid.config: packaged defaults in dask.config, environment overrides, worker settings.
+
+Import-time behaviour is tested in fresh ``python -c`` subprocesses (environment without any
+``DASK_*`` variable of the developer's), since this test process imported hybrid long ago.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dask
+import pytest
+import yaml
+
+from hybrid import config
+
+PACKAGED = yaml.safe_load(config.DEFAULTS_FILE.read_text())
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; ``worker-dask-config`` stays one mapping."""
+    flat = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and key != "worker-dask-config":
+            flat.update(_flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def test_packaged_file_has_the_hybrid_and_distributed_sections():
+    assert set(PACKAGED) == {"hybrid", "distributed"}
+    assert PACKAGED["hybrid"]["annotator"]["gpu-fraction"] == 0.5
+    assert PACKAGED["hybrid"]["annotator"]["enabled"] is True
+
+
+@pytest.mark.parametrize("key", sorted(_flatten(PACKAGED["hybrid"])))
+def test_every_packaged_key_is_loaded_under_hybrid(key):
+    expected = _flatten(PACKAGED["hybrid"])[key]
+    assert dask.config.get(f"hybrid.{key}") == expected
+    assert config.get(key) == expected
+
+
+def test_get_with_a_default():
+    assert config.get("annotator.gpu-fraction") == 0.5
+    assert config.get("no.such.key", default="fallback") == "fallback"
+    with pytest.raises(KeyError):
+        config.get("no.such.key")
+    with dask.config.set({"hybrid.annotator.gpu-fraction": 0.125}):
+        assert config.get("annotator.gpu-fraction") == 0.125
+
+
+def test_environment_variable_overrides_a_packaged_value(run_python):
+    code = (
+        "import json, hybrid, dask\n"
+        "from hybrid.annotator import task_resources\n"
+        "print(json.dumps([dask.config.get('hybrid.annotator.gpu-fraction'),"
+        " task_resources(True), dask.config.get('hybrid.annotator.enabled')]))"
+    )
+    assert run_python(code) == [0.5, {"GPU": 0.5}, True]
+    assert run_python(code, env={"DASK_HYBRID__ANNOTATOR__GPU_FRACTION": "0.25"}) == [
+        0.25, {"GPU": 0.25}, True]
+    assert run_python(code, env={"DASK_HYBRID__ANNOTATOR__ENABLED": "False"})[2] is False
+
+
+def test_a_users_yaml_file_overrides_a_packaged_value(run_python, tmp_path):
+    (tmp_path / "mine.yaml").write_text("hybrid:\n  batch:\n    poll-interval: 7s\n")
+    code = ("import json, hybrid, dask\n"
+            "print(json.dumps(dask.config.get('hybrid.batch.poll-interval')))")
+    assert run_python(code, env={"DASK_CONFIG": str(tmp_path)}) == "7s"
+
+
+DISTRIBUTED_KEYS = [
+    "distributed.worker.daemon",
+    "distributed.comm.timeouts.connect",
+    "distributed.comm.timeouts.tcp",
+    "distributed.deploy.lost-worker-timeout",
+]
+
+
+def _distributed_values(run_python, imports: str, env: dict[str, str] | None = None) -> dict:
+    code = (f"import json, dask\n{imports}\n"
+            f"print(json.dumps({{k: dask.config.get(k) for k in {DISTRIBUTED_KEYS!r}}}))")
+    return run_python(code, env=env)
+
+
+IMPORT_ORDERS = ["import hybrid", "import distributed; import hybrid"]
+
+
+@pytest.mark.parametrize("imports", IMPORT_ORDERS)
+def test_distributed_defaults_after_importing_hybrid(run_python, imports):
+    """Whatever the import order, hybrid's distributed defaults are in force."""
+    assert _distributed_values(run_python, imports) == {
+        "distributed.worker.daemon": False,
+        "distributed.comm.timeouts.connect": "60s",
+        "distributed.comm.timeouts.tcp": "120s",
+        "distributed.deploy.lost-worker-timeout": "60s",
+    }
+
+
+@pytest.mark.parametrize("imports", IMPORT_ORDERS)
+def test_a_users_distributed_settings_win(run_python, imports):
+    """The user's own values win, even those equal to distributed's own defaults."""
+    users = {
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "5s",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "30s",  # distributed's default
+        "DASK_DISTRIBUTED__WORKER__DAEMON": "True",  # distributed's default
+    }
+    assert _distributed_values(run_python, imports, env=users) == {
+        "distributed.worker.daemon": True,
+        "distributed.comm.timeouts.connect": "5s",
+        "distributed.comm.timeouts.tcp": "30s",
+        "distributed.deploy.lost-worker-timeout": "60s",  # not set by the user: ours
+    }
+
+
+def test_worker_dask_environment_gives_dask_variables():
+    env = config.worker_dask_environment()
+    assert env == {
+        "DASK_DISTRIBUTED__WORKER__DAEMON": "False",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "60s",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": "120s",
+    }
+    with dask.config.set({"hybrid.worker-dask-config": {"distributed.worker.memory.spill": 0.9,
+                                                        "distributed.scheduler.work-stealing":
+                                                            False}}):
+        assert config.worker_dask_environment() == {
+            "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "0.9",
+            "DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING": "False",
+        }
+
+
+def test_worker_dask_environment_is_read_back_by_dask(run_python):
+    """A worker that gets these variables (and never imports hybrid) has the settings."""
+    env = config.worker_dask_environment()
+    code = ("import json, dask, distributed\n"
+            "print(json.dumps([dask.config.get('distributed.worker.daemon'),"
+            " dask.config.get('distributed.comm.timeouts.connect'),"
+            " dask.config.get('distributed.comm.timeouts.tcp')]))")
+    assert run_python(code, env=env) == [False, "60s", "120s"]
+
+
+def test_config_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("DASK_CONFIG", str(tmp_path))
+    assert config.config_directory() == tmp_path
+    monkeypatch.delenv("DASK_CONFIG")
+    assert str(config.config_directory()).endswith(".config/dask")
+
+
+def test_yaml_keys_are_documented():
+    """docs/configuration.md names every key of hybrid.yaml (dotted, under ``hybrid.``)."""
+    text = (config.DEFAULTS_FILE.parents[1] / "docs" / "configuration.md").read_text()
+    missing = [key for key in _flatten(PACKAGED["hybrid"]) if f"hybrid.{key}" not in text]
+    missing += [key for key in _flatten(PACKAGED["distributed"], "distributed.")
+                if key not in text]
+    missing += [key for key in PACKAGED["hybrid"]["worker-dask-config"] if key not in text]
+    assert not missing, json.dumps(missing)

@@ -1,0 +1,88 @@
+"""Fixtures that run a REAL dask-gateway-server on 127.0.0.1 (hybrid.gateway.dev).
+
+- ``dev_gateway`` (session): one dev gateway, heartbeat every second, hybrid's preload.
+- ``start_gateway`` (function): a factory for more gateways with other settings, all stopped
+  at the end of the test.
+- ``gateway`` (function): a ``dask_gateway.Gateway`` client of ``dev_gateway``; the clusters
+  it made are stopped at the end of the test.
+- ``external_workers`` (function): starts ``dask worker`` processes as batch jobs do; all
+  stopped at the end of the test.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from hybrid.gateway.dev import DevGateway, start_dev_gateway
+from tests.gateway.helpers import ExternalWorkers
+
+#: Seconds between scheduler heartbeats in the test gateways (the server's minimum).
+HEARTBEAT_PERIOD = 1
+
+
+@pytest.fixture(autouse=True)
+def _collect_client_objects_in_the_main_thread() -> Iterator[None]:
+    """Collect leftover dask_gateway objects here, after each test.
+
+    ``dask_gateway.Gateway.__del__`` closes synchronously on the client's event loop; when
+    the garbage collector runs it *in* that loop's thread (an object left by a failed
+    ``new_cluster``), the loop waits for itself and every later call hangs.
+    """
+    yield
+    gc.collect()
+
+
+@pytest.fixture(scope="session")
+def dev_gateway() -> Iterator[DevGateway]:
+    """A real dev gateway for the whole session (stopped, with its clusters, at the end)."""
+    gateway = start_dev_gateway(heartbeat_period=HEARTBEAT_PERIOD)
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+@pytest.fixture
+def start_gateway() -> Iterator[Callable[..., DevGateway]]:
+    """``start_gateway(**settings)`` -> a further real dev gateway, stopped after the test."""
+    started: list[DevGateway] = []
+
+    def start(**settings: Any) -> DevGateway:
+        settings.setdefault("heartbeat_period", HEARTBEAT_PERIOD)
+        gateway = start_dev_gateway(**settings)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+def _stop_all_clusters(client: Any) -> None:
+    for report in client.list_clusters():
+        client.stop_cluster(report.name)
+
+
+@pytest.fixture
+def gateway(dev_gateway: DevGateway) -> Iterator[Any]:
+    """A ``dask_gateway.Gateway`` of the session's dev gateway; its clusters end with the test."""
+    client = dev_gateway.gateway()
+    try:
+        yield client
+    finally:
+        _stop_all_clusters(client)
+        client.close()
+
+
+@pytest.fixture
+def external_workers(tmp_path: Any) -> Iterator[ExternalWorkers]:
+    """Start external ``dask worker`` processes; every one is stopped after the test."""
+    workers = ExternalWorkers(tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()

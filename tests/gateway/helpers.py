@@ -1,0 +1,116 @@
+"""Helpers for tests that run a real dev gateway: external workers, log reading, waiting.
+
+Importable by other test folders (``from tests.gateway.helpers import ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hybrid.gateway import scheduler_sni
+
+
+def write_tls_files(security: Any, directory: Path, prefix: str = "dask") -> tuple[Path, Path]:
+    """Write a cluster's ``security.tls_cert`` / ``tls_key`` 0600; return (cert, key) paths."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths = []
+    for suffix, data in (("crt", security.tls_cert), ("pem", security.tls_key)):
+        path = directory / f"{prefix}.{suffix}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data.encode() if isinstance(data, str) else data)
+        finally:
+            os.close(fd)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+class ExternalWorkers:
+    """``dask worker`` processes started the way a batch job starts them; all stopped at close."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, scheduler_address: str, cluster_name: str, cert: Path, key: Path, name: str,
+              *, sni: str | None = None, death_timeout: int = 60) -> subprocess.Popen:
+        """``python -m dask worker tls://PROXY --scheduler-sni daskgateway-NAME --no-nanny ...``."""
+        argv = [
+            sys.executable, "-m", "dask", "worker", scheduler_address,
+            "--scheduler-sni", sni if sni is not None else scheduler_sni(cluster_name),
+            "--no-nanny", "--tls-ca-file", str(cert), "--tls-cert", str(cert),
+            "--tls-key", str(key), "--name", name, "--nthreads", "1",
+            "--death-timeout", str(death_timeout),
+        ]
+        log = open(self.log_dir / f"{name}.log", "wb")  # the child keeps its own descriptor
+        try:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            log.close()
+        self.processes[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        """A worker's output so far."""
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def close(self, grace: float = 3) -> None:
+        """Stop every worker started here (its own process group), SIGKILL after ``grace`` s.
+
+        (``dask worker --no-nanny`` can hang for good on a SIGTERM that arrives while it is
+        already closing, e.g. after its cluster was shut down.)
+        """
+        for process in self.processes.values():
+            if process.poll() is None:
+                _signal_group(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(process.pid, signal.SIGKILL)
+                process.wait(5)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2,
+             message: str = "condition") -> Any:
+    """Poll ``predicate`` until truthy; its value, or AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout:g} s")
+        time.sleep(interval)
+
+
+def worker_names(client: Any) -> set[str]:
+    """Names of the workers the scheduler has now."""
+    return {w["name"] for w in client.scheduler_info()["workers"].values()}
+
+
+_HEARTBEAT = re.compile(r"Cluster (?P<name>[0-9a-f]+) heartbeat \[count: (?P<count>\d+), "
+                        r"n_active: (?P<active>\d+)")
+
+
+def heartbeats(log_text: str, cluster_name: str) -> list[dict[str, int]]:
+    """The gateway's heartbeat log lines for a cluster, as ``{"count", "active"}`` dicts."""
+    return [{"count": int(m["count"]), "active": int(m["active"])}
+            for m in _HEARTBEAT.finditer(log_text) if m["name"] == cluster_name]

@@ -1,0 +1,227 @@
+"""A real dask-gateway-server on loopback: scheduler-only clusters and external workers.
+
+Workers are started as batch jobs start them (``dask worker tls://PROXY --scheduler-sni
+daskgateway-NAME --no-nanny ...``) and join through the gateway's TCP proxy.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from dask_gateway import BasicAuth, Gateway, GatewayWarning
+from distributed import get_worker
+
+from hybrid.gateway import PRELOAD_MODULE, scheduler_sni
+from hybrid.gateway.dev import DevGateway
+from hybrid.gateway.server_config import DEFAULT_SCHEDULER_IMAGE
+from tests.gateway.helpers import heartbeats, wait_for, worker_names, write_tls_files
+
+pytestmark = [
+    pytest.mark.gateway,
+    pytest.mark.timeout(120),
+    # dask_gateway's Gateway.__del__ closes again a gateway already closed: noise, not a fault
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in.*Gateway.__del__:pytest.PytestUnraisableExceptionWarning"),
+]
+
+#: Heartbeats to watch external workers survive (the gateway also retires 3 s after a join).
+HEARTBEATS_TO_SURVIVE = 3
+MIN_SECONDS_TO_SURVIVE = 5
+
+
+def _scheduler_process(dev: DevGateway, cluster_name: str) -> psutil.Process:
+    """The scheduler process of a cluster: a child of the server working in its directory."""
+    for child in psutil.Process(dev.pid).children():
+        try:
+            if child.cwd().endswith(cluster_name):
+                return child
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no scheduler process for cluster {cluster_name}")
+
+
+def _wait_through_heartbeats(dev: DevGateway, cluster_name: str) -> list[dict[str, int]]:
+    """Wait for HEARTBEATS_TO_SURVIVE new heartbeats (and MIN_SECONDS_TO_SURVIVE); return them."""
+    before = len(heartbeats(dev.log_text(), cluster_name))
+    started = time.monotonic()
+    wait_for(lambda: len(heartbeats(dev.log_text(), cluster_name)) >= before + HEARTBEATS_TO_SURVIVE
+             and time.monotonic() - started >= MIN_SECONDS_TO_SURVIVE,
+             timeout=60, message=f"{HEARTBEATS_TO_SURVIVE} gateway heartbeats")
+    return heartbeats(dev.log_text(), cluster_name)[before:]
+
+
+def _registered(external_workers, *names: str) -> bool:
+    return all("Registered to:" in external_workers.log(name) for name in names)
+
+
+def test_clusters_are_scheduler_only_and_shut_down_cleanly(dev_gateway, gateway):
+    options = gateway.cluster_options()
+    assert options.image == DEFAULT_SCHEDULER_IMAGE
+    with pytest.raises(ValueError, match="not a valid option"):
+        options.image = "docker.io/someone/else:latest"  # the choice the server offered
+    cluster = gateway.new_cluster(image=DEFAULT_SCHEDULER_IMAGE)
+    command = _scheduler_process(dev_gateway, cluster.name).cmdline()
+    ours = command.index(PRELOAD_MODULE)
+    stock = command.index("dask_gateway.scheduler_preload")
+    assert command[ours - 1] == "--preload" and ours < stock
+    assert command[1:4] == ["-m", "dask", "scheduler"]
+
+    with pytest.warns(GatewayWarning, match="exceed resource limit of 0 workers"):
+        cluster.scale(2)
+    seen = _wait_through_heartbeats(dev_gateway, cluster.name)
+    assert all(beat == {"count": 0, "active": 0} for beat in seen), seen
+    client = cluster.get_client()
+    assert worker_names(client) == set()
+    children = psutil.Process(dev_gateway.pid).children()
+    assert not any("worker" in " ".join(p.cmdline()) for p in children)
+    client.close()
+
+    # shutdown leaves no cluster, no scheduler and no cluster directory
+    scheduler = _scheduler_process(dev_gateway, cluster.name)
+    assert cluster.name in {c.name for c in gateway.list_clusters()}
+    cluster.shutdown()
+    assert cluster.name not in {c.name for c in gateway.list_clusters()}
+    wait_for(lambda: not scheduler.is_running(), timeout=30, message="scheduler exit")
+    wait_for(lambda: not (dev_gateway.state_dir / "clusters" / cluster.name).exists(),
+             timeout=10, message="cluster directory removed")
+
+
+def test_external_workers_join_through_the_proxy_and_stay(dev_gateway, gateway,
+                                                          external_workers, tmp_path):
+    cluster = gateway.new_cluster()
+    cert, key = write_tls_files(cluster.security, tmp_path / "tls")
+    assert (cert.stat().st_mode & 0o777, key.stat().st_mode & 0o777) == (0o600, 0o600)
+    client = cluster.get_client()
+    names = {"ext-0", "ext-1"}
+    for name in sorted(names):
+        external_workers.start(dev_gateway.worker_scheduler_address, cluster.name, cert, key,
+                               name)
+    wait_for(lambda: worker_names(client) == names, timeout=60, message="both workers joined")
+    ran_on = set(client.gather(client.map(lambda i: get_worker().name, range(40), pure=False)))
+    assert ran_on <= names and ran_on
+
+    seen = _wait_through_heartbeats(dev_gateway, cluster.name)
+    assert worker_names(client) == names
+    # the gateway was never told about them: nothing for it to retire
+    assert all(beat["active"] == 0 for beat in seen), seen
+    assert client.submit(sum, [1, 2, 3], pure=False).result() == 6
+    for name in names:
+        assert "scheduler-remove-worker" not in external_workers.log(name)
+    client.close()
+    cluster.shutdown()
+
+
+@pytest.mark.parametrize(("preload", "kept"), [("inline", True), ("none", False)])
+def test_the_preload_is_what_keeps_external_workers(start_gateway, external_workers, tmp_path,
+                                                    preload, kept):
+    """``none`` is the stock gateway (the control): it retires the external workers."""
+    dev = start_gateway(preload=preload)
+    gateway = dev.gateway()
+    try:
+        cluster = gateway.new_cluster()
+        command = _scheduler_process(dev, cluster.name).cmdline()
+        assert PRELOAD_MODULE not in command  # not by module name in either case
+        assert any("def dask_setup" in arg for arg in command) is (preload == "inline")
+        cert, key = write_tls_files(cluster.security, tmp_path / "tls")
+        client = cluster.get_client()
+        for name in ("ext-0", "ext-1"):
+            external_workers.start(dev.worker_scheduler_address, cluster.name, cert, key, name)
+        wait_for(lambda: _registered(external_workers, "ext-0", "ext-1"), timeout=60,
+                 message="both workers registered")
+        _wait_through_heartbeats(dev, cluster.name)
+        names = worker_names(client)
+        removed = ["scheduler-remove-worker" in external_workers.log(n) for n in ("ext-0", "ext-1")]
+        client.close()
+        cluster.shutdown()
+    finally:
+        for report in gateway.list_clusters():
+            gateway.stop_cluster(report.name)
+        gateway.close()
+    if kept:
+        assert names == {"ext-0", "ext-1"} and removed == [False, False]
+    else:
+        assert names == set() and removed == [True, True]
+
+
+def test_wrong_certificate_and_wrong_sni_are_refused(dev_gateway, gateway, external_workers,
+                                                     tmp_path):
+    from dask_gateway_server.tls import new_keypair
+
+    cluster = gateway.new_cluster()
+    cert, key = write_tls_files(cluster.security, tmp_path / "right")
+    # a real certificate for the very same SNI, but not the cluster's own
+    other_cert, other_key = new_keypair(scheduler_sni(cluster.name))
+    bad_cert, bad_key = write_tls_files(SimpleNamespace(tls_cert=other_cert, tls_key=other_key),
+                                        tmp_path / "wrong")
+    client = cluster.get_client()
+    address = dev_gateway.worker_scheduler_address
+    refused = {
+        "wrong-cert": external_workers.start(address, cluster.name, bad_cert, bad_key,
+                                             "wrong-cert", death_timeout=5),
+        "wrong-sni": external_workers.start(address, cluster.name, cert, key, "wrong-sni",
+                                            sni=scheduler_sni(uuid.uuid4().hex), death_timeout=5),
+    }
+    external_workers.start(address, cluster.name, cert, key, "right")
+    seen: set[str] = set()
+
+    def refused_ones_ended() -> bool:
+        seen.update(worker_names(client))
+        return all(p.poll() is not None for p in refused.values())
+
+    wait_for(refused_ones_ended, timeout=45, interval=0.3, message="refused workers exiting")
+    seen.update(worker_names(client))
+    assert "right" in seen  # the same setup with the right certificate and SNI joins
+    assert seen.isdisjoint(refused)
+    for name, process in refused.items():
+        assert process.returncode != 0, external_workers.log(name)
+        assert "Registered to:" not in external_workers.log(name)
+    client.close()
+    cluster.shutdown()
+
+
+def test_lifetime_limits_on_a_real_gateway(start_gateway):
+    dev = start_gateway(client_timeout=2, max_lifetime=6)
+    gateway = dev.gateway()
+    try:
+        orphan = gateway.new_cluster(shutdown_on_close=False)
+        attended = gateway.new_cluster(shutdown_on_close=False)
+        client = attended.get_client()
+        started = time.monotonic()
+
+        def running() -> set[str]:
+            return {c.name for c in gateway.list_clusters()}
+
+        wait_for(lambda: orphan.name not in running(), timeout=20,
+                 message="the cluster without client culled")
+        assert attended.name in running()
+        wait_for(lambda: attended.name not in running(), timeout=25,
+                 message="the cluster culled at its maximum lifetime")
+        lived = time.monotonic() - started
+        client.close()
+    finally:
+        for report in gateway.list_clusters():
+            gateway.stop_cluster(report.name)
+        gateway.close()
+    assert lived >= 6 - 4  # the cluster started a few seconds before `started`
+
+
+def test_dev_gateway_state_is_private_and_the_password_is_checked(dev_gateway):
+    for name in ("dask_gateway_config.py", "password", "db-key", "gateway.log",
+                 "gateway.sqlite"):
+        assert (dev_gateway.state_dir / name).stat().st_mode & 0o077 == 0, name
+    assert dev_gateway.state_dir.stat().st_mode & 0o077 == 0
+    assert dev_gateway.password not in dev_gateway.config_path.read_text()
+    assert dev_gateway.password not in dev_gateway.log_text()
+    assert "password" not in repr(dev_gateway)
+    wrong = Gateway(address=dev_gateway.address, proxy_address=dev_gateway.proxy_address,
+                    auth=BasicAuth(dev_gateway.username, dev_gateway.password + "x"))
+    with pytest.raises(Exception, match=r"401|[Uu]nauthorized"):
+        wrong.list_clusters()
+    wrong.close()
+    right = dev_gateway.gateway()
+    assert isinstance(right.list_clusters(), list)
+    right.close()

@@ -1,0 +1,175 @@
+"""start_dev_gateway / DevGateway.stop and ``hybrid gateway dev``: start, answer, leave nothing."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+from dask_gateway import BasicAuth, Gateway
+
+from hybrid.cli import cli
+from hybrid.errors import ConfigurationError
+from hybrid.gateway.dev import DevGatewayError, free_port, start_dev_gateway
+from tests.gateway.helpers import wait_for
+
+pytestmark = [
+    pytest.mark.gateway,
+    pytest.mark.timeout(120),
+    # dask_gateway's Gateway.__del__ closes again a gateway already closed: noise, not a fault
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in.*Gateway.__del__:pytest.PytestUnraisableExceptionWarning"),
+]
+
+
+def _all_gone(processes: list[psutil.Process]) -> bool:
+    return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
+
+
+def test_state_dir_is_kept_password_reused_and_processes_ended(tmp_path):
+    state = tmp_path / "state"
+    first = start_dev_gateway(state_dir=state)
+    try:
+        gateway = first.gateway()
+        cluster = gateway.new_cluster(shutdown_on_close=False)
+        cluster.close()
+        gateway.close()
+        started = psutil.Process(first.pid).children(recursive=True)
+        assert len(started) >= 2  # the proxy and the cluster's scheduler
+    finally:
+        first.stop()
+    assert not first.running
+    wait_for(lambda: _all_gone(started), timeout=10, message="no process left")
+    assert {p.name for p in state.iterdir()} >= {"password", "db-key", "gateway.sqlite",
+                                                  "dask_gateway_config.py", "gateway.log"}
+    assert list((state / "clusters").iterdir()) == []  # its cluster directory was removed
+    assert first.password not in first.log_text()
+
+    with start_dev_gateway(state_dir=state) as second:
+        assert second.password == first.password
+        assert second.gateway().list_clusters() == []  # the stopped cluster stayed stopped
+    assert state.exists()
+
+
+def test_a_server_that_fails_to_start_reports_its_log_and_leaves_nothing(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "db-key").write_text("not a key\n")  # a corrupted state directory
+    with pytest.raises(DevGatewayError, match="exited") as error:
+        start_dev_gateway(state_dir=state, start_timeout=60)
+    assert "db_encrypt_keys" in str(error.value) or "key" in str(error.value).lower()
+    assert "Its log ends with" in str(error.value)
+
+
+def test_bad_settings_are_refused_before_anything_starts(tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    busy_port = busy.getsockname()[1]
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    try:
+        for kwargs, field in [({"port": 70000}, "port"), ({"proxy_port": -1}, "proxy_port"),
+                              ({"port": busy_port}, "port"),
+                              ({"port": 20001, "proxy_port": 20001}, "proxy_port"),
+                              ({"password": " padded "}, "password"),
+                              ({"username": "a:b"}, "username"),
+                              ({"state_dir": a_file}, "state_dir"),
+                              ({"heartbeat_period": 0}, "heartbeat_period"),
+                              ({"preload": "sometimes"}, "preload")]:
+            before = set(os.listdir(tmp_path))
+            with pytest.raises(ConfigurationError) as error:
+                start_dev_gateway(**kwargs)
+            assert error.value.field == field, kwargs
+            assert set(os.listdir(tmp_path)) == before
+    finally:
+        busy.close()
+    result = CliRunner().invoke(cli, ["gateway", "dev", "--port", "70000"])
+    assert result.exit_code == 2 and "port" in result.output
+
+
+class _LineReader:
+    """Reads a process's output lines in a thread, so the test can wait with a timeout."""
+
+    def __init__(self, stream) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.text = ""
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.put(line)
+
+    def until(self, marker: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while marker not in self.text:
+            try:
+                self.text += self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"{marker!r} not printed; output:\n{self.text}") from None
+        return self.text
+
+    def rest(self, timeout: float = 5) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.text += self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.lines.empty():
+                    break
+        return self.text
+
+
+@pytest.mark.parametrize(("sig", "password"), [(signal.SIGINT, None),
+                                                (signal.SIGTERM, "given-password-123")])
+def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
+    argv = [sys.executable, "-m", "hybrid.cli", "gateway", "dev", "--heartbeat-period", "1",
+            "--proxy-port", str(free_port())]
+    if password:
+        argv += ["--password", password]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    descendants: list[psutil.Process] = []
+    try:
+        output = _LineReader(process.stdout)
+        banner = output.until("Ctrl-C stops the gateway", timeout=90)
+        address = re.search(r"address:\s+(http://127\.0\.0\.1:\d+)", banner)[1]
+        proxy = re.search(r"proxy \(TCP\):\s+(gateway://127\.0\.0\.1:\d+)", banner)[1]
+        user, shown_password = re.search(r"user/password:\s+(\S+) / (\S+)", banner).groups()
+        assert f"HTCGateway(address={address!r}, proxy_address={proxy!r}" in banner
+        if password:
+            assert shown_password == password
+        gateway = Gateway(address=address, proxy_address=proxy,
+                          auth=BasicAuth(user, shown_password))
+        cluster = gateway.new_cluster(shutdown_on_close=False)  # a scheduler to clean up
+        cluster.close()
+        gateway.close()
+        descendants = psutil.Process(process.pid).children(recursive=True)
+        server = [p for p in descendants if "dask_gateway_server" in " ".join(p.cmdline())]
+        state_dir = Path(server[0].cmdline()[-1]).parent
+        assert state_dir.exists() and len(descendants) >= 3  # server, proxy, scheduler
+        process.send_signal(sig)
+        process.wait(60)
+        text = output.rest()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        for leftover in descendants:
+            if leftover.is_running():
+                leftover.kill()
+    assert process.returncode == 0, text
+    assert f"Received {signal.Signals(sig).name}" in text and "Gateway stopped." in text
+    wait_for(lambda: _all_gone(descendants), timeout=10, message="no process left")
+    assert not state_dir.exists()
+    assert text.count(shown_password) == 2  # the banner's two lines, nowhere else

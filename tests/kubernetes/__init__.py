@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes pods, volumes, claims and backends, against an API server double."""
