@@ -7,6 +7,8 @@ the language it lands in; a value that cannot be made safe raises :class:`Templa
 Filters: ``sh`` (one shell word), ``sh_join`` (a shell command line), ``classad`` (an
 HTCondor ClassAd string literal in a submit description), ``directive`` (one line of a
 ``#SBATCH``/``#PBS``/``#BSUB`` directive), ``json`` (a JSON/YAML scalar or mapping).
+Environment values and worker arguments always go to the shell script, never into an
+HTCondor submit description, so any string is fine there.
 """
 
 from __future__ import annotations
@@ -50,18 +52,22 @@ def shell_join(words: Iterable[Any]) -> str:
 
 
 def classad_string(value: Any) -> str:
-    """A ClassAd string literal for a submit description: ``"..."`` with escapes.
+    """A ClassAd string literal for a submit description: ``"..."`` with ``\\"`` for quotes.
 
-    ``$`` would start a submit-language macro, so it becomes ``$(DOLLAR)``. A newline ends
-    a submit command and cannot be escaped: it is refused.
+    What the submit language cannot carry exactly is refused rather than mangled: ``$``
+    (macro expansion is recursive, so no escape survives every neighbour), ``\\`` (literal
+    in submit-file strings except before a quote) and newlines (they end a command). The
+    real schedd reads every accepted value back exactly (tested).
     """
     text = _no_control(str(value), "HTCondor value")
-    if "\n" in text or "\r" in text:
-        raise TemplateError(
-            f"HTCondor value {text!r} contains a newline, which the submit language cannot hold"
-        )
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$(DOLLAR)")
-    return f'"{text}"'
+    for bad, why in (("\n", "a newline"), ("\r", "a carriage return"), ("$", "a $"),
+                     ("\\", "a backslash")):
+        if bad in text:
+            raise TemplateError(
+                f"HTCondor value {text!r} contains {why}, which an HTCondor submit "
+                "description cannot carry exactly: leave it out of names, tags and addresses"
+            )
+    return '"' + text.replace('"', '\\"') + '"'
 
 
 def directive_line(value: Any) -> str:

@@ -137,7 +137,7 @@ class HTCondor(BatchSystem):
             return []
         constraint = f"{tag} =!= undefined"
         if cluster is not None:
-            constraint += f" && {tag} == {classad_string(cluster).replace('$(DOLLAR)', '$')}"
+            constraint += f" && {tag} == {classad_string(cluster)}"
         if ids is not None:
             by_cluster: dict[int, list[int]] = defaultdict(list)
             for job_id in ids:

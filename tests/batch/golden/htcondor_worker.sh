@@ -1,0 +1,20 @@
+#!/bin/sh
+# Executable of an HTCondor worker job; its argument is $(ClusterId).$(ProcId).
+HYBRID_JOB_ID="${1:?usage: worker.sh CLUSTER.PROC}"
+export HYBRID_JOB_ID
+# hybrid worker of cluster demo, pool gpu
+umask 077
+PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+export PATH
+export DASK_DISTRIBUTED__WORKER__DAEMON=False
+export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
+export DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP=120s
+export OE_LICENSE=/secrets/oe
+chmod 600 ca.pem
+chmod 600 cert.pem
+chmod 600 key.pem
+# --- setup commands given by the user ---
+module load cuda
+# --- end of setup commands ---
+hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+exec /opt/venv/bin/python -m dask worker tls://gateway.example.org:8786 --nthreads 4 --memory-limit 17179869184 --resources 'GPU=1 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --worker-port 10000:10070 --death-timeout 60 --name demo-gpu-"$hybrid_suffix"

@@ -1,0 +1,171 @@
+"""Submit-node commands against the REAL Slurm, HTCondor/Slurm golden renderings, ClassAd
+quoting checked by the REAL schedd, and adaptive reporting of jobs stuck in the queue."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import htcondor2
+import pytest
+
+from hybrid import HybridCluster
+from hybrid.batch import JobSpec, get_system
+from hybrid.errors import TemplateError
+from hybrid.templates import classad_string
+from hybrid.worker import TLSFiles, WorkerOptions
+from tests.batch.test_real_pools import slurm_jobs, wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+GOLDEN = Path(__file__).with_name("golden")
+GOLDEN_STAGING = Path("/home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd")
+HYBRID = [sys.executable, "-m", "hybrid.cli"]
+
+
+def golden_spec() -> JobSpec:
+    worker = WorkerOptions(
+        scheduler_address="tls://gateway.example.org:8786", nthreads=4,
+        memory_limit=16 * 2**30, resources={"GPU": 1, "notGPU": 0},
+        tls=TLSFiles("ca.pem", "cert.pem", "key.pem"), scheduler_sni="daskgateway-demo",
+        worker_port="10000:10070", python="/opt/venv/bin/python", death_timeout=60)
+    return JobSpec(cluster="demo", pool="gpu", worker=worker, cores=4, memory=16 * 2**30,
+                   gpus=1, walltime="05:59", queue="gpuq", env={"OE_LICENSE": "/secrets/oe"},
+                   job_extra_directives=("--exclusive",), prologue=("module load cuda",),
+                   tls_source=TLSFiles("/x/ca", "/x/cert", "/x/key"))
+
+
+@pytest.mark.parametrize("name, render", [
+    ("slurm_gpu.sh", lambda: get_system("slurm").render(golden_spec(), GOLDEN_STAGING, 4)),
+    ("htcondor_gpu.sub", lambda: get_system("htcondor").render(htcondor_spec(),
+                                                               GOLDEN_STAGING, 4)),
+    ("htcondor_worker.sh", lambda: get_system("htcondor").render_wrapper(golden_spec(),
+                                                                         GOLDEN_STAGING)),
+])
+def test_rendering_matches_golden_file(name, render) -> None:
+    text = render()
+    path = GOLDEN / name
+    if os.environ.get("HYBRID_REGENERATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def htcondor_spec() -> JobSpec:
+    return JobSpec(**{**golden_spec().__dict__, "job_extra_directives": ("+Requirements = True",)})
+
+
+def test_htcondor_submit_description_parses_with_the_real_bindings() -> None:
+    text = get_system("htcondor").render(htcondor_spec(), GOLDEN_STAGING, 4)
+    submit = htcondor2.Submit(text)
+    assert submit["request_gpus"] == "1"
+    assert submit["request_cpus"] == "4"
+    assert submit["request_memory"] == str(16 * 1024)
+    assert submit["My.HybridCluster"] == '"demo"'
+    assert submit["periodic_remove"].startswith("(time() - QDate) >")
+
+
+@pytest.mark.htcondor
+def test_classad_strings_arrive_exactly_in_the_real_schedd(htcondor_pool, tmp_path) -> None:
+    value = 'say "hi" (HOME) \'single\' ; & | <x> `id` #not-a-comment  two  spaces'
+    description = (f"executable = /bin/true\ninitialdir = {tmp_path}\nhold = true\n"
+                   f"My.HybridT = {classad_string(value)}\nMy.HybridCluster = \"quote-test\"\n"
+                   "queue 1\n")
+    schedd = htcondor2.Schedd()
+    result = schedd.submit(htcondor2.Submit(description))
+    try:
+        ads = schedd.query(constraint=f"ClusterId == {result.cluster()}",
+                           projection=["HybridT"])
+        assert ads[0]["HybridT"] == value
+    finally:
+        schedd.act(htcondor2.JobAction.Remove, str(result.cluster()))
+    for bad in ("two\nlines", "$(HOME)", "back\\slash"):
+        with pytest.raises(TemplateError, match="cannot carry exactly"):
+            classad_string(bad)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*HYBRID, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["render", "submit", "status", "cancel", "gc", "demo",
+                                     "admin", "doctor", "gateway"])
+def test_every_command_has_help(command) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout
+
+
+@pytest.mark.slurm
+def test_submit_status_cancel_gc_on_the_real_slurm(slurm_cluster, staging) -> None:
+    env_staging = {"DASK_HYBRID__BATCH__STAGING_DIRECTORY": str(staging)}
+    os.environ.update(env_staging)
+    try:
+        # a scheduler that is gone: nothing listens on port 9
+        submitted = run_cli("submit", "--system", "slurm", "--scheduler", "tcp://127.0.0.1:9",
+                            "--cluster", "cli-gone", "--count", "3", "--walltime", "00:05",
+                            "--worker-extra-arg", "--death-timeout", "--worker-extra-arg",
+                            "120", "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        ids = json.loads(submitted.stdout)["job_ids"]
+        assert len(ids) == 3 and len({i.split("_")[0] for i in ids}) == 1
+        assert sorted(slurm_jobs("cli-gone")) == sorted(ids)
+
+        status = json.loads(run_cli("status", "--system", "slurm", "--cluster", "cli-gone",
+                                    "--json").stdout)
+        assert sorted(j["job_id"] for j in status if j["state"] in ("pending", "running")) \
+            == sorted(ids)
+        assert {j["scheduler"] for j in status} == {"tcp://127.0.0.1:9"}
+
+        cancelled = run_cli("cancel", "--system", "slurm", ids[0], "--json")
+        assert json.loads(cancelled.stdout) == {"removed": [ids[0]]}
+        wait_for(lambda: ids[0] not in slurm_jobs("cli-gone"), 30, "the cancelled job to go")
+        assert sorted(slurm_jobs("cli-gone")) == sorted(ids[1:])
+
+        stranger = run_cli("cancel", "--system", "slurm", "999999_1")
+        assert stranger.returncode != 0 and "not jobs of ours" in stranger.stderr
+
+        dry = json.loads(run_cli("gc", "--system", "slurm", "--dry-run", "--json").stdout)
+        assert sorted(j["job_id"] for j in dry["orphans"]) == sorted(ids[1:])
+        assert sorted(slurm_jobs("cli-gone")) == sorted(ids[1:])  # dry run removed nothing
+
+        collected = json.loads(run_cli("gc", "--system", "slurm", "--json").stdout)
+        assert sorted(j["job_id"] for j in collected["orphans"]) == sorted(ids[1:])
+        wait_for(lambda: slurm_jobs("cli-gone") == [], 30, "gc to empty the queue")
+        assert not any(staging.glob("cli-gone-*"))  # its staging directory went too
+    finally:
+        for name in env_staging:
+            os.environ.pop(name, None)
+        subprocess.run(["scancel", *slurm_jobs("cli-gone")], capture_output=True)
+
+
+def test_bad_cli_input_is_a_one_line_error() -> None:
+    result = run_cli("render", "--system", "slurm", "--memory", "8")
+    assert result.returncode != 0
+    assert "--memory = '8' is not valid" in result.stderr
+    result = run_cli("submit", "--system", "slurm", "--scheduler", "tls://x:1")
+    assert result.returncode != 0 and "--tls-ca" in result.stderr
+
+
+@pytest.mark.slurm
+def test_adaptive_reports_a_job_stuck_in_the_queue_and_does_not_resubmit(
+        slurm_cluster, staging) -> None:
+    from tests.batch._tasks import pack
+
+    with HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "slurm", nanny=False, walltime="00:05",
+                                job_extra_directives=["--begin=now+1hour"])
+        adaptive = cluster.adapt(pool="cpu", minimum=0, maximum=1, interval="0.5s",
+                                 pending_timeout="2s")
+        with cluster.get_client() as client:
+            future = client.submit(pack, 1)
+            wait_for(lambda: adaptive.log.stuck, 30, "the stuck job to be reported")
+            time.sleep(2)  # several more adaptive steps
+            assert pool.batch.submit_calls == 1  # counted toward the target, not resubmitted
+            [reason] = adaptive.log.stuck.values()
+            assert "BeginTime" in reason
+            del future
+    assert slurm_jobs(cluster.name) == []
