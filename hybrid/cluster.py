@@ -183,12 +183,38 @@ class HybridCluster(Cluster):
         return HybridClient(self, annotate_resources=self.annotate_resources,
                             gpu_fraction=self.gpu_fraction, set_as_default=False)
 
-    def close(self, timeout: float | None = None) -> None:
-        """Stop adaptivity, remove every job of every pool (checked), stop the scheduler."""
-        errors: list[str] = []
+    def _stop_adaptive(self) -> None:
         for pool in list(getattr(self, "pools", {}).values()):
             if pool.adaptive is not None:
                 pool.adaptive.stop()
+                pool.adaptive = None
+
+    def _release(self) -> None:
+        """Drop this process's TLS copies and stop its event loop thread."""
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
+        if self._loop_runner is not None:
+            self._loop_runner.stop()
+
+    def detach(self, timeout: float | None = None) -> None:
+        """Disconnect and leave the jobs running (another process may ``connect`` to them).
+
+        Only for a cluster attached to an existing scheduler: one that runs its own
+        scheduler takes it, and so its workers, down with it; use :meth:`close`.
+        """
+        if self._external_address is None:
+            raise HybridError("this cluster runs its own scheduler: close() it instead")
+        self._stop_adaptive()
+        try:
+            super().close(timeout)
+        finally:
+            self._release()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop adaptivity, remove every job of every pool (checked), stop the scheduler."""
+        errors: list[str] = []
+        self._stop_adaptive()
         for pool in list(getattr(self, "pools", {}).values()):
             try:
                 pool.batch.close()
@@ -206,11 +232,7 @@ class HybridCluster(Cluster):
                     sync(self.loop, scheduler.close)
                 except Exception as error:
                     errors.append(f"scheduler: {error}")
-            if self._tls_dir is not None:
-                shutil.rmtree(self._tls_dir, ignore_errors=True)
-                self._tls_dir = None
-            if self._loop_runner is not None:
-                self._loop_runner.stop()
+            self._release()
         if errors:
             raise HybridError("closing left work behind: " + "; ".join(errors))
 
@@ -259,10 +281,12 @@ class HybridCluster(Cluster):
         lease: Any = None,
         serves_unannotated: bool | None = None,
         death_timeout: int | None = None,
+        launcher: Sequence[str] = (),
         **system_options: Any,
     ) -> Pool:
         """Add a named pool and return it (nothing is submitted until :meth:`scale`).
 
+        ``launcher`` words run the worker inside an environment (``pixi run ...``).
         ``serves_unannotated`` (default: True for CPU pools) makes the pool's workers take
         CPU tasks too; give it to a GPU pool that has no CPU pool beside it.
         ``resources`` gives threads, GPUs, memory and wall time; the dask-jobqueue keys
@@ -316,6 +340,7 @@ class HybridCluster(Cluster):
             tls=tls,
             scheduler_sni=self.scheduler_sni,
             python=python,
+            launcher=tuple(launcher),
             **settings,
         )
         lease_seconds = _lease_seconds(lease, f"{field}.lease")

@@ -84,7 +84,11 @@ class ContainerOptions:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """What the worker command needs, from the scheduler address to the container."""
+    """What the worker command needs, from the scheduler address to the container.
+
+    ``launcher`` words go before the python command (``pixi run --manifest-path P``,
+    ``conda run -p ENV``): the worker then runs inside that environment.
+    """
 
     scheduler_address: str
     nthreads: int = 1
@@ -100,6 +104,7 @@ class WorkerOptions:
     extra_args: tuple[str, ...] = ()
     python: str | None = None
     container: ContainerOptions | None = None
+    launcher: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         address = urlparse(self.scheduler_address if "://" in self.scheduler_address
@@ -133,6 +138,10 @@ class WorkerOptions:
         for arg in self.extra_args:
             if not isinstance(arg, str) or "\n" in arg or "\0" in arg:
                 raise ConfigurationError("worker_extra_args", arg, "strings without newlines")
+        for word in self.launcher:
+            if not isinstance(word, str) or not word or "\n" in word or "\0" in word:
+                raise ConfigurationError("launcher", self.launcher,
+                                         "non-empty words without newlines")
 
     @property
     def uses_nanny(self) -> bool:
@@ -173,6 +182,7 @@ class WorkerOptions:
             words += ["--nanny-port", str(self.nanny_port)]
         words += ["--death-timeout", str(self.death_timeout)]
         words += list(self.extra_args)
+        words = list(self.launcher) + words  # e.g. pixi run ... / conda run ...
         if self.container:
             words = self.container.prefix() + words
         return words
