@@ -216,3 +216,24 @@ def test_jobqueue_keys_keep_their_meaning(staging) -> None:
     assert "module load apptainer" in script
     assert "--nthreads 2 --memory-limit 4294967296" in script
     assert "--lifetime 1h --nworkers 2" in script
+
+
+def test_scale_down_moves_results_off_retired_workers(staging) -> None:
+    """Results held only by the workers being retired survive the scale-down."""
+    from tests.batch._tasks import square
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        cluster.scale(3)
+        cluster.wait_for_workers(3, timeout=60, progress=False)
+        with cluster.get_client() as client:
+            futures = client.map(square, range(30), pure=False)
+            client.gather(futures)
+            holders = {w for ws in client.who_has(futures).values() for w in ws}
+            assert len(holders) > 1  # results spread over several workers
+            cluster.scale(1)
+            wait_for(lambda: len(cluster.connected_workers()) == 1, 60, "one worker left")
+            # every result is still there, now on the one remaining worker
+            assert client.gather(futures) == [x * x for x in range(30)]
+            assert len({w for ws in client.who_has(futures).values() for w in ws}) == 1
+        assert len(cluster.pools["cpu"].batch.active()) == 1
