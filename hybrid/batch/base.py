@@ -378,7 +378,14 @@ class BatchPool:
         return None
 
     def close(self, timeout: float = 60) -> None:
-        """Remove every job of this pool, wait until the system lists none, drop staging."""
+        """Remove every job of this pool, wait until the system lists none, drop staging.
+
+        A pool that never submitted and tracks no job (it only rendered scripts) has
+        nothing to remove and does not ask the batch system.
+        """
+        if self.submit_calls == 0 and not self.jobs:
+            self.close_staging()
+            return
         try:
             active = [s.job_id for s in self.system.query(cluster=self.spec.cluster)
                       if s.state.active and s.pool == self.spec.pool]
