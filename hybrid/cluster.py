@@ -94,7 +94,8 @@ class Pool:
 class HybridCluster(Cluster):
     """A Dask cluster whose workers come from several pools at once.
 
-    ``scheduler_address=None`` starts a scheduler in this process (on ``host``); otherwise the
+    ``scheduler_address=None`` starts a scheduler in this process, listening on ``host``
+    (default ``hybrid.scheduler.host``: every interface, so batch nodes can reach it); otherwise the
     cluster manages workers for an existing scheduler (a gateway cluster, for instance), and
     ``worker_scheduler_address``/``scheduler_sni`` say how workers reach it. ``security`` is a
     ``distributed.Security``; ``security=True`` makes a temporary TLS setup.
@@ -106,7 +107,7 @@ class HybridCluster(Cluster):
         *,
         name: str | None = None,
         security: Security | bool | None = None,
-        host: str = "127.0.0.1",
+        host: str | None = None,
         worker_scheduler_address: str | None = None,
         scheduler_sni: str | None = None,
         annotate_resources: bool | None = None,
@@ -131,7 +132,7 @@ class HybridCluster(Cluster):
         self._external_address = scheduler_address
         self._worker_scheduler_address = worker_scheduler_address
         self.scheduler_sni = scheduler_sni
-        self._host = host
+        self._host = host if host is not None else (config.get("scheduler.host", "") or None)
         self._dashboard_address = dashboard_address
         self.scheduler: Scheduler | None = None
         self._tls_dir: Path | None = None

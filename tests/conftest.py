@@ -17,6 +17,7 @@ import dask
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
 STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 
 
@@ -41,6 +42,18 @@ def _bring_up(script: str, *args: str) -> bool:
 
 def _bring_down(script: str) -> None:
     subprocess.run(["bash", str(REPO / script)], capture_output=True, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def loopback_schedulers(request) -> Iterator[None]:
+    """Every scheduler a test starts listens on loopback only: the CI pools share this
+    machine's network, and no test traffic may leave it. Tests of the packaged
+    configuration itself (marker ``packaged_config``) see it unchanged."""
+    if request.node.get_closest_marker("packaged_config"):
+        yield
+        return
+    with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,8 @@ import yaml
 
 from hybrid import config
 
+pytestmark = pytest.mark.packaged_config
+
 PACKAGED = yaml.safe_load(config.DEFAULTS_FILE.read_text())
 
 
