@@ -516,7 +516,8 @@ def test_end_to_end_workers_join_compute_and_leave(double: Double,
     wait_for(lambda: worker_names(client) == expected - {f"e2e-cpu-{worker_name_suffix(victim)}"},
              30, "the removed job's worker to leave the scheduler")
     wait_for(lambda: not batch_double.process_alive(victim_pid), 15, "the victim to exit")
-    assert set(double.active_listed()) == set(survivors)
+    wait_for(lambda: set(double.active_listed()) == set(survivors), 15,
+             "the double's status tool to list only the survivors")
     states = pool.refresh()
     assert states[victim].state is JobState.removed
     assert [states[i].state for i in survivors] == [JobState.running, JobState.running]
