@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -26,18 +24,9 @@ from hybrid.errors import ConfigurationError, WorkersDidNotArrive
 from hybrid.resources import ComputeResources, QueueWorkerResources
 from tests.batch._tasks import environment_value, pack, simulate, slow_simulation
 from tests.batch.doubles import batch_double
-from tests.batch.test_real_pools import condor_jobs, slurm_jobs
+from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.htcondor
