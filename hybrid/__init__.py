@@ -1,31 +1,48 @@
-"""hybrid: Dask on heterogeneous facility resources."""
+"""hybrid: Dask on heterogeneous facility resources.
 
-from hybrid import config  # noqa: F401  (loads the packaged hybrid.yaml into dask.config)
-from hybrid.annotator import HybridClient, gpu_task, gpu_tasks
-from hybrid.cluster import HybridCluster
-from hybrid.resources import ComputeResources, GPUToolkit, PodResources, QueueWorkerResources
-from hybrid.units import unit
+Importing ``hybrid`` is light: the classes below are imported on first use, and the only
+setting it touches is the ``hybrid`` section of ``dask.config`` (its packaged defaults).
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from hybrid import config  # noqa: F401  (the packaged hybrid.yaml defaults, under "hybrid")
+
+try:
+    __version__ = version("hybrid")
+except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+    __version__ = "0+unknown"
+
+#: Public name -> the module that defines it (imported on first use).
+_LAZY = {
+    "HybridCluster": "hybrid.cluster",
+    "HybridClient": "hybrid.annotator",
+    "gpu_task": "hybrid.annotator",
+    "gpu_tasks": "hybrid.annotator",
+    "ComputeResources": "hybrid.resources",
+    "GPUToolkit": "hybrid.resources",
+    "PodResources": "hybrid.resources",
+    "QueueWorkerResources": "hybrid.resources",
+    "PoolSpec": "hybrid.pools",
+    "unit": "hybrid.units",
+    "HTCGateway": "hybrid.gateway.client",
+}
 
 
-def __getattr__(name: str):
-    """``hybrid.HTCGateway`` is imported on first use (it needs dask-gateway)."""
-    if name == "HTCGateway":
-        from hybrid.gateway.client import HTCGateway
-
-        return HTCGateway
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'hybrid' has no attribute {name!r}")
 
-__all__ = [
-    "ComputeResources",
-    "GPUToolkit",
-    "HybridClient",
-    "HybridCluster",
-    "PodResources",
-    "QueueWorkerResources",
-    "__version__",
-    "gpu_task",
-    "gpu_tasks",
-    "unit",
-]
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+__all__ = [*sorted(_LAZY), "__version__"]

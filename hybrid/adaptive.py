@@ -1,131 +1,144 @@
-"""Per-pool adaptive scaling from the demand the scheduler sees for the pool's resource.
+"""Per-pool adaptive scaling on distributed's ``AdaptiveCore``, on the cluster's event loop.
 
-A GPU backlog grows the GPU pool only; CPU tasks grow the CPU pool only. Scaling up is
-immediate (queued jobs count, so nothing is submitted twice); scaling down waits for
-``wait_count`` low readings in a row and retires only idle workers, gracefully, so a
-worker holding the only copy of a result keeps it until it has been moved. Jobs queued for
-longer than ``pending_timeout`` are reported once and never resubmitted in a loop.
+A GPU backlog grows the GPU pool only; CPU tasks grow the CPU pool only. The workers
+``AdaptiveCore`` counts are the pool's batch jobs: ``plan``/``requested`` are the jobs in the
+queue, ``observed`` those whose worker has connected. Scaling up is immediate (queued jobs
+count, so nothing is submitted twice); scaling down waits for ``wait_count`` low readings
+(``AdaptiveCore``'s own rule) and removes jobs without a worker first, then idle workers only,
+retired gracefully so a worker holding the only copy of a result keeps it until it moved.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
-import threading
-import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dask.utils import parse_timedelta
+from distributed.deploy.adaptive_core import AdaptiveCore
+from tornado.ioloop import PeriodicCallback
 
-from hybrid.batch import JobState
 from hybrid.errors import ConfigurationError
+from hybrid.routing import NOT_GPU
 
 if TYPE_CHECKING:
-    from hybrid.cluster import HybridCluster, Pool
+    from hybrid.manager import ManagedPool, PoolManager
 
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class AdaptiveLog:
-    """What the adaptive loop did: decisions, and jobs reported as stuck in the queue."""
-
-    decisions: list[tuple[float, int, int]] = field(default_factory=list)
-    stuck: dict[str, str] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
+logger = logging.getLogger("hybrid")
 
 
-class PoolAdaptive:
+class PoolAdaptive(AdaptiveCore):
     """Scale one pool between ``minimum`` and ``maximum`` from its resource's demand."""
 
-    def __init__(self, cluster: HybridCluster, pool: Pool, minimum: int = 0, maximum: int = 10,
-                 interval: Any = "2s", wait_count: int = 3, pending_timeout: Any = "5 minutes"):
-        for label, value in (("minimum", minimum), ("maximum", maximum)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"adapt.{label}", value, "an integer >= 0")
+    def __init__(self, manager: PoolManager, pool: ManagedPool, minimum: int = 0,
+                 maximum: int = 10, interval: Any = "2s", wait_count: int = 3):
+        from hybrid.fields import seconds
+
+        for label, value, low in (("minimum", minimum, 0), ("maximum", maximum, 0),
+                                  ("wait_count", wait_count, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"adapt.{label}", value, f"a whole number >= {low}")
         if minimum > maximum:
             raise ConfigurationError("adapt.minimum", minimum, f"at most maximum ({maximum})")
-        if isinstance(wait_count, bool) or not isinstance(wait_count, int) or wait_count < 1:
-            raise ConfigurationError("adapt.wait_count", wait_count, "an integer >= 1")
-        self.cluster = cluster
+        try:
+            self.interval = seconds(interval)
+        except Exception:
+            raise ConfigurationError("adapt.interval", interval,
+                                     'a duration such as "2s" or 10 (seconds)') from None
+        super().__init__(minimum=minimum, maximum=maximum, wait_count=wait_count)
+        self.manager = manager
         self.pool = pool
-        self.minimum = minimum
-        self.maximum = maximum
-        self.interval = parse_timedelta(interval)
-        self.wait_count = wait_count
-        self.pending_timeout = parse_timedelta(pending_timeout)
-        self.log = AdaptiveLog()
-        self._low_readings = 0
-        self._first_seen_pending: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: Errors of steps, newest last (a failing step is retried at the next interval).
+        self.errors: list[str] = []
+        #: Steps taken so far.
+        self.steps = 0
+        self._connected: set[str] = set()
+        self._callback: PeriodicCallback | None = None
 
-    def desired(self, probe: dict[str, Any]) -> int:
-        """Workers the pool should have for the demand in ``probe``, within the bounds."""
+    # ------------------------------------------------------------------ AdaptiveCore
+    @property
+    def plan(self) -> set[str]:
+        """The pool's jobs in the queue (not those already being removed)."""
+        from hybrid.batch import JobState
+
+        return {j for j, s in self.pool.jobs.items() if s.state is not JobState.removing}
+
+    @property
+    def requested(self) -> set[str]:
+        """What the batch system was asked for and still holds: the same as :attr:`plan`."""
+        return self.plan
+
+    @property
+    def observed(self) -> set[str]:
+        """Jobs whose worker has connected (as of the last step)."""
+        return self._connected & self.plan
+
+    async def target(self) -> int:
+        """Jobs the pool should have for the demand for its resource."""
+        probe = await self.manager.probe()
+        self._busy = probe["busy"]
         demand = probe["demand"].get(self.pool.resource, 0)
-        if self.pool.serves_unannotated:
+        if self.pool.spec.serves_cpu_tasks:
             demand += probe.get("unrestricted", 0)
-        wanted = math.ceil(demand / self.pool.tasks_per_job)
-        return max(self.minimum, min(self.maximum, wanted))
+            if self.pool.spec.gpus:  # a GPU pool that also takes the CPU tasks
+                demand += probe["demand"].get(NOT_GPU, 0)
+        return math.ceil(demand / self.pool.spec.tasks_per_job(self.manager.fraction))
 
-    def step(self) -> int:
-        """One decision: read demand, scale up at once or down after ``wait_count`` lows."""
-        probe = self.cluster._probe()
-        want = self.desired(probe)
-        batch = self.pool.batch
-        batch.refresh()
-        current = len(batch.active())
-        self._report_stuck()
-        if want > current:
-            self._low_readings = 0
-            self.cluster._scale_pool(self.pool, want)
-        elif want < current:
-            self._low_readings += 1
-            if self._low_readings >= self.wait_count:
-                self._low_readings = 0
-                surplus = current - want
-                self.pool.target = want
-                self.cluster._retire(self.pool, surplus, idle_only=True, busy=probe["busy"])
-        else:
-            self._low_readings = 0
-            self.pool.target = want
-        self.log.decisions.append((time.time(), current, want))
-        return want
+    async def workers_to_close(self, target: int) -> list[str]:
+        """Idle jobs (no task on their workers), the least loaded first."""
+        busy = getattr(self, "_busy", {})
+        live = await self.manager.live_workers()
+        jobs = await self.manager.pool_workers(self.pool, live)
+        idle = [j for j, addresses in jobs.items()
+                if not any(busy.get(str(live[a].get("name")), 0) for a in addresses)]
+        return idle[:max(0, len(self.plan) - target)]
 
-    def _report_stuck(self) -> None:
-        now = time.monotonic()
-        for status in self.pool.batch.jobs.values():
-            if status.state is JobState.pending:
-                first = self._first_seen_pending.setdefault(status.job_id, now)
-                if now - first > self.pending_timeout and status.job_id not in self.log.stuck:
-                    reason = status.reason or "no reason given by the batch system"
-                    self.log.stuck[status.job_id] = reason
-                    logger.warning(
-                        "pool %s: job %s has been queued for more than %.0f s (%s); it is "
-                        "counted toward the target and not resubmitted",
-                        self.pool.name, status.job_id, self.pending_timeout, reason)
-            else:
-                self._first_seen_pending.pop(status.job_id, None)
+    async def scale_up(self, n: int) -> None:
+        """Submit jobs up to ``n`` in the queue."""
+        await self.manager.scale(self.pool, n)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except Exception as error:  # keep adapting; the error is reported
-                self.log.errors.append(str(error))
-                logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
+    async def scale_down(self, workers: Iterable[str]) -> None:
+        """Remove these jobs: without a worker at once, with one after graceful retirement."""
+        chosen = [j for j in workers if j in self.pool.jobs]
+        live = await self.manager.live_workers()
+        connected = await self.manager.pool_workers(self.pool, live)
+        await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
+        addresses = [a for j in chosen if j in connected for a in connected[j]]
+        if addresses:
+            await self.manager.scheduler.retire_workers(workers=addresses, close_workers=True,
+                                                        remove=True)
+            await self.manager.remove(self.pool, [j for j in chosen if j in connected])
+        self.pool.target = len(self.plan)
 
+    async def adapt(self) -> None:
+        """One step: reconcile the jobs, then ``AdaptiveCore.adapt`` (errors are reported)."""
+        self.steps += 1
+        try:
+            await self.manager.refresh(self.pool)
+            self._connected = set(await self.manager.pool_workers(self.pool))
+            await super().adapt()
+            self.pool.target = len(self.plan)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # keep adapting; the error is reported
+            self.errors.append(str(error))
+            logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
+        if self.pool.failed:
+            self.stop()
+
+    # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
-        """Start the background loop (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"hybrid-adaptive-{self.pool.name}")
-            self._thread.start()
+        """Adapt every ``interval`` on the running loop (call on the cluster's loop)."""
+        if self._callback is None:
+            self._callback = PeriodicCallback(self.adapt, self.interval * 1000)
+            self._callback.start()
+            self._first_step = asyncio.ensure_future(self.adapt())
 
     def stop(self) -> None:
-        """Stop the loop and wait for the current step to finish."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=120)
-        self._thread = None
+        """Stop adapting (the jobs stay)."""
+        if self._callback is not None:
+            self._callback.stop()
+            self._callback = None
+        if self.pool.adaptive is self:
+            self.pool.adaptive = None

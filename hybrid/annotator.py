@@ -23,9 +23,15 @@ from distributed import Client, Future
 
 from hybrid import config
 from hybrid.errors import ConfigurationError
+from hybrid.routing import (
+    GPU,
+    NOT_GPU,
+    gpu_fraction,
+    resources_argument,
+    task_resources,
+    worker_resources,
+)
 
-GPU = "GPU"
-NOT_GPU = "notGPU"
 _MARK = "__hybrid_gpu_task__"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,9 +41,11 @@ __all__ = [
     "NOT_GPU",
     "HybridClient",
     "ResourceAnnotator",
+    "gpu_fraction",
     "gpu_task",
     "gpu_tasks",
     "is_gpu_task",
+    "resources_argument",
     "task_resources",
     "worker_resources",
 ]
@@ -60,39 +68,6 @@ def gpu_task(function: F) -> F:
 def is_gpu_task(function: Any) -> bool:
     """True when ``function`` was marked with :func:`gpu_task`."""
     return bool(getattr(function, _MARK, False))
-
-
-def gpu_fraction(value: float | None = None) -> float:
-    """The GPU share one GPU task asks for (argument, else configuration), validated."""
-    fraction = config.get("annotator.gpu-fraction") if value is None else value
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
-            0 < fraction <= 1):
-        raise ConfigurationError(
-            "hybrid.annotator.gpu-fraction", fraction, "a number in (0, 1], e.g. 0.5"
-        )
-    return float(fraction)
-
-
-def task_resources(gpu: bool, fraction: float | None = None) -> dict[str, float]:
-    """The resources one task asks for."""
-    return {GPU: gpu_fraction(fraction)} if gpu else {NOT_GPU: 1}
-
-
-def worker_resources(number_of_gpus: int, number_of_threads: int,
-                     serves_cpu_tasks: bool = False) -> dict[str, float]:
-    """The resources a worker advertises: GPU workers only GPU, CPU workers only notGPU.
-
-    ``serves_cpu_tasks`` lets a GPU worker take CPU tasks too (``notGPU=<threads>``), for a
-    cluster that has no CPU workers at all: otherwise its CPU tasks could never run.
-    """
-    if number_of_gpus > 0:
-        return {GPU: number_of_gpus, NOT_GPU: number_of_threads if serves_cpu_tasks else 0}
-    return {GPU: 0, NOT_GPU: number_of_threads}
-
-
-def resources_argument(resources: dict[str, float]) -> str:
-    """``{"GPU": 1, "notGPU": 0}`` -> ``"GPU=1 notGPU=0"`` for ``dask worker --resources``."""
-    return " ".join(f"{name}={value:g}" for name, value in resources.items())
 
 
 @contextlib.contextmanager

@@ -1,49 +1,173 @@
 """Configuration, the Dask way: packaged ``hybrid.yaml`` defaults in ``dask.config``.
 
-The user's own YAML files and ``DASK_HYBRID__...`` environment variables override them, as
-for every Dask setting. Read values with :func:`get`.
+Importing hybrid adds the ``hybrid`` section's defaults (``dask.config.update_defaults``, as
+every Dask extension does) and changes nothing else: no ``distributed`` setting of the
+caller's process. The settings workers need (``hybrid.worker-dask-config``) reach the workers
+as ``DASK_...`` variables in their job's environment. The user's own YAML files and
+``DASK_HYBRID__...`` environment variables override the defaults, as for every Dask setting.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import dask.config
-import distributed  # noqa: F401  (its defaults first, so that ours replace them)
 import yaml
 
 DEFAULTS_FILE = Path(__file__).with_name("hybrid.yaml")
 
 _missing = object()
+_KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def _load_defaults() -> dict[str, Any]:
     with DEFAULTS_FILE.open() as f:
         defaults = yaml.safe_load(f)
-    # Values already set by the user's YAML or DASK_HYBRID__... variables are kept; values
-    # still at another package's default (distributed's) take ours.
     dask.config.update_defaults(defaults)
-    # The user's YAML files and DASK_* variables win, even where they equal distributed's own
-    # defaults (which update_defaults would otherwise replace by ours).
-    dask.config.update(dask.config.config, dask.config.collect(), priority="new")
     return defaults
 
 
 def get(key: str, default: Any = _missing) -> Any:
-    """``dask.config.get("hybrid." + key)``."""
-    if default is _missing:
-        return dask.config.get(f"hybrid.{key}")
-    return dask.config.get(f"hybrid.{key}", default=default)
+    """``dask.config.get("hybrid." + key)``, checked when it is a setting of
+    :func:`setting_types` (a bad value is a :class:`~hybrid.errors.ConfigurationError`
+    naming ``hybrid.<key>``, whoever reads it)."""
+    value = dask.config.get(f"hybrid.{key}", default=_missing)
+    if value is _missing:
+        if default is _missing:
+            return dask.config.get(f"hybrid.{key}")  # dask's own KeyError
+        return default
+    kind = setting_types().get(key)
+    if kind is None:
+        return value
+    from hybrid.fields import validate_value
+
+    checked = validate_value(kind, value, f"hybrid.{key}")
+    return value if checked == value else checked
+
+
+def _duration(value: Any) -> Any:
+    """Seconds > 0 (at most a year), as given when ``dask.utils.parse_timedelta`` reads
+    it the same (the readers of these settings use it), else as seconds."""
+    from dask.utils import parse_timedelta
+
+    from hybrid.fields import seconds
+
+    result = seconds(value)
+    try:
+        same = parse_timedelta(value) == result
+    except Exception:
+        same = False
+    return value if same else result
+
+
+def _host(value: Any) -> Any:
+    """A host name or IP address to listen on, or ``""`` (every interface)."""
+    import ipaddress
+
+    from hybrid.fields import reject
+
+    if value is None or value == "":
+        return value
+    if isinstance(value, str):
+        try:
+            ipaddress.ip_address(value)
+            return value
+        except ValueError:
+            if re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                            r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", value):
+                return value
+    raise reject('a host name or IP address of this machine, or "" (every interface)')
+
+
+def _system(value: Any) -> Any:
+    from hybrid.batch import SYSTEMS
+    from hybrid.fields import reject
+
+    if value is None or (isinstance(value, str) and value.lower() in SYSTEMS):
+        return value
+    raise reject(f"one of {', '.join(sorted(SYSTEMS))}, or null (the gateway's own "
+                 "workers)")
+
+
+def _fraction(value: Any) -> Any:
+    from hybrid.fields import reject
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            0 < value <= 1):
+        raise reject("a number in (0, 1], e.g. 0.5")
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def setting_types() -> dict[str, Any]:
+    """The type of each scalar setting read outside the pool model (whose own settings
+    :class:`~hybrid.pools.PoolSpec` checks), by key under ``hybrid.``."""
+    from typing import Annotated, Literal
+
+    from pydantic import BeforeValidator, StrictBool
+
+    from hybrid.fields import ConfigName, EnvName, count, strings
+
+    def checked(function: Any) -> Any:
+        return Annotated[Any, BeforeValidator(function)]
+
+    return {
+        "scheduler.host": checked(_host),
+        "annotator.enabled": StrictBool,
+        "annotator.gpu-fraction": checked(_fraction),
+        "logging.verbose": StrictBool,
+        "worker.nanny": StrictBool | None,
+        "worker.check-paths": StrictBool,
+        "batch.poll-interval": checked(_duration),
+        "batch.stuck-timeout": checked(_duration),
+        "batch.lease": checked(_duration),
+        "batch.tag": ConfigName,
+        "batch.max-failures": count(1, 1000),
+        "batch.held-jobs": Literal["report", "replace"],
+        "gateway.pool": checked(_system),
+        "gateway.required-env": Annotated[list[EnvName], BeforeValidator(
+            lambda v: list(strings(True, "environment variable names")(v)))],
+    }
+
+
+def section(key: str) -> dict[str, Any]:
+    """A configuration section as a dict with ``_`` for ``-`` in its keys (``{}`` if unset)."""
+    value = get(key, None) or {}
+    if not isinstance(value, dict):
+        from hybrid.errors import ConfigurationError
+
+        raise ConfigurationError(f"hybrid.{key}", value, "a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in value.items()}
 
 
 def worker_dask_environment() -> dict[str, str]:
-    """The dask settings batch workers need, as ``DASK_...`` environment variables."""
+    """The dask settings batch workers need, as ``DASK_...`` environment variables.
+
+    Keys are dotted dask settings (``distributed.worker.daemon``); each part must be a plain
+    word, so no key can become anything but a variable name in a job script.
+    """
+    from hybrid.errors import ConfigurationError
+
     settings = get("worker-dask-config", {}) or {}
+    if not isinstance(settings, dict):
+        raise ConfigurationError("hybrid.worker-dask-config", settings,
+                                 "a mapping of dotted dask settings to values")
     env = {}
     for dotted, value in settings.items():
-        name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in dotted.split("."))
+        parts = str(dotted).split(".")
+        if not isinstance(dotted, str) or not all(_KEY_PART.fullmatch(p) for p in parts):
+            raise ConfigurationError(
+                "hybrid.worker-dask-config", dotted,
+                "dotted dask setting names made of letters, digits, - and _ "
+                "(e.g. distributed.worker.daemon)")
+        if isinstance(value, (dict, list)) or "\0" in str(value):
+            raise ConfigurationError(f"hybrid.worker-dask-config[{dotted!r}]", value,
+                                     "a plain value (string, number or boolean)")
+        name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in parts)
         env[name] = str(value)
     return env
 

@@ -1,17 +1,29 @@
 """``hybrid demo``: GPU-style simulations and CPU box packing on local GPU and CPU pools.
 
 It runs the same mixed workload twice on one local cluster, with the resource annotator on
-and off, and reports where each kind of task ran and how long it took.
+and off, and reports where each kind of task ran and how long it took. Two workloads:
+
+- ``toy`` (the default): pure-Python stand-ins, no dependency at all;
+- ``md`` (``pip install 'hybrid[md]'``): real molecular dynamics. packmol packs boxes of
+  water (CPU tasks), and OpenMM equilibrates each box (GPU tasks: the CUDA platform on a
+  worker that was given a GPU, the CPU platform elsewhere, e.g. on a laptop).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import random
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +63,109 @@ def pack_box(seed: int, molecules: int = 120, box: float = 10.0, radius: float =
     return _where(start, placed=len(placed))
 
 
+# --------------------------------------------------------------------------- md workload
+#: One TIP3P water (HOH: OpenMM adds its bonds as a standard residue), packmol's template.
+WATER_PDB = """\
+HETATM    1  O   HOH A   1       0.000   0.000   0.000  1.00  0.00           O
+HETATM    2  H1  HOH A   1       0.957   0.000   0.000  1.00  0.00           H
+HETATM    3  H2  HOH A   1      -0.240   0.927   0.000  1.00  0.00           H
+END
+"""
+#: Liquid water at 300 K: molecules per cubic nanometre.
+WATERS_PER_NM3 = 33.4
+
+
+def md_missing() -> str | None:
+    """What the md workload lacks here (``None``: OpenMM and packmol are installed)."""
+    try:
+        import openmm  # noqa: F401
+    except ImportError:
+        return "OpenMM is not installed: pip install 'hybrid[md]'"
+    if packmol_executable() is None:
+        return "packmol is not installed: pip install 'hybrid[md]'"
+    return None
+
+
+def packmol_executable() -> str | None:
+    """The ``packmol`` program (the ``packmol`` wheel puts it beside this python)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "packmol")
+    return beside if os.access(beside, os.X_OK) else shutil.which("packmol")
+
+
+def pack_water_box(seed: int, waters: int = 216) -> dict[str, Any]:
+    """A CPU task: packmol packs ``waters`` water molecules into a cubic box at liquid
+    density; returns the box as PDB text and its edge."""
+    start = time.perf_counter()
+    program = packmol_executable()
+    if program is None:
+        raise RuntimeError(md_missing())
+    edge = 10 * (waters / WATERS_PER_NM3) ** (1 / 3)  # angstrom
+    with tempfile.TemporaryDirectory(prefix="hybrid-md-") as tmp:
+        with open(os.path.join(tmp, "water.pdb"), "w") as template:
+            template.write(WATER_PDB)
+        instructions = (f"tolerance 2.0\nfiletype pdb\nseed {seed + 1}\noutput box.pdb\n"
+                        f"structure water.pdb\n  number {waters}\n"
+                        f"  inside cube 1. 1. 1. {edge - 2:.3f}\nend structure\n")
+        with open(os.path.join(tmp, "box.inp"), "w+") as script:
+            script.write(instructions)
+            script.seek(0)  # packmol reads its input more than once: a file, not a pipe
+            run = subprocess.run([program], stdin=script, cwd=tmp, capture_output=True,
+                                 text=True, timeout=600, check=False)
+        box = os.path.join(tmp, "box.pdb")
+        if not os.path.exists(box):
+            raise RuntimeError(f"packmol failed (exit {run.returncode}): "
+                               + " ".join((run.stdout + run.stderr).split()[-40:]))
+        with open(box) as packed:
+            pdb = packed.read()
+    return _where(start, pdb=pdb, waters=waters, edge_nm=edge / 10, seed=seed)
+
+
+def md_platform() -> Any:
+    """OpenMM's CUDA platform where this worker was given a GPU, else its CPU platform."""
+    import openmm
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1"):
+        try:
+            return openmm.Platform.getPlatformByName("CUDA")
+        except Exception:  # no CUDA plugin or driver: the CPU platform still runs
+            pass
+    return openmm.Platform.getPlatformByName("CPU")
+
+
+@gpu_task
+def simulate_box(box: dict[str, Any], steps: int = 1000) -> dict[str, Any]:
+    """A GPU task: OpenMM minimises and runs ``steps`` 2 fs Langevin steps of a packed water
+    box (TIP3P, PME, rigid water) at 300 K; returns the speed and the platform."""
+    import openmm
+    from openmm import app, unit
+
+    start = time.perf_counter()
+    pdb = app.PDBFile(io.StringIO(box["pdb"]))
+    edge = box["edge_nm"]
+    pdb.topology.setUnitCellDimensions(openmm.Vec3(edge, edge, edge) * unit.nanometer)
+    system = app.ForceField("tip3p.xml").createSystem(
+        pdb.topology, nonbondedMethod=app.PME,
+        nonbondedCutoff=min(0.9, edge / 2 - 0.01) * unit.nanometer, constraints=app.HBonds)
+    integrator = openmm.LangevinMiddleIntegrator(300 * unit.kelvin, 1 / unit.picosecond,
+                                                 0.002 * unit.picoseconds)
+    integrator.setRandomNumberSeed(int(box.get("seed", 0)) + 1)
+    platform = md_platform()
+    properties = {}
+    if platform.getName() == "CPU":
+        properties["Threads"] = str(max(1, get_worker().state.nthreads))
+    simulation = app.Simulation(pdb.topology, system, integrator, platform, properties)
+    simulation.context.setPositions(pdb.positions)
+    simulation.minimizeEnergy(maxIterations=100)
+    running = time.perf_counter()
+    simulation.step(steps)
+    energy = simulation.context.getState(getEnergy=True).getPotentialEnergy()
+    elapsed = time.perf_counter() - running
+    return _where(start, platform=platform.getName(), steps=steps,
+                  atoms=system.getNumParticles(),
+                  ns_per_day=steps * 0.002e-3 / elapsed * 86400,
+                  potential_kj_per_mol=energy.value_in_unit(unit.kilojoule_per_mole))
+
+
 def _where(start: float, **result: Any) -> dict[str, Any]:
     worker = get_worker()
     return {
@@ -71,28 +186,61 @@ class RunReport:
                                                                  "packing": Counter()})
     task_seconds: dict[str, float] = field(default_factory=lambda: {"simulation": 0.0,
                                                                     "packing": 0.0})
+    #: md workload: the OpenMM platform of each simulation, and their speed (ns/day).
+    platforms: Counter = field(default_factory=Counter)
+    ns_per_day: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {
+        out = {
             "annotated": self.annotated,
             "wall_seconds": round(self.wall_seconds, 3),
             "workers": {kind: dict(counts) for kind, counts in self.workers.items()},
             "task_seconds": {k: round(v, 3) for k, v in self.task_seconds.items()},
         }
+        if self.platforms:
+            out["platforms"] = dict(self.platforms)
+            out["ns_per_day"] = [round(v, 2) for v in self.ns_per_day]
+        return out
 
 
-def run_workload(backend: DaskLocalCluster, simulations: int, packings: int, annotated: bool,
-                 progress: bool = True) -> RunReport:
-    """Submit the mixed workload through ``backend`` and collect a :class:`RunReport`."""
-    report = RunReport(annotated=annotated)
-    backend.client.annotator.enabled = annotated
-    start = time.perf_counter()
+#: ``submit(backend, simulations, packings, sizes)`` -> {future: kind}, per workload.
+Submitter = Callable[[DaskLocalCluster, int, int, dict[str, int]], dict[Any, str]]
+
+
+def _submit_toy(backend: DaskLocalCluster, simulations: int, packings: int,
+                sizes: dict[str, int]) -> dict[Any, str]:
     futures = {}
     for i in range(simulations):
         futures[backend.submit_task(simulate, i)] = "simulation"
     for i in range(packings):
         futures[backend.submit_task(pack_box, i)] = "packing"
+    return futures
+
+
+def _submit_md(backend: DaskLocalCluster, simulations: int, packings: int,
+               sizes: dict[str, int]) -> dict[Any, str]:
+    """``packings`` boxes packed; simulation ``i`` runs box ``i % packings``."""
+    boxes = [backend.submit_task(pack_water_box, i, sizes.get("waters", 216), pure=False)
+             for i in range(packings)]
+    futures: dict[Any, str] = dict.fromkeys(boxes, "packing")
+    for i in range(simulations):
+        futures[backend.submit_task(simulate_box, boxes[i % packings],
+                                    sizes.get("steps", 1000), pure=False)] = "simulation"
+    return futures
+
+
+WORKLOADS: dict[str, Submitter] = {"toy": _submit_toy, "md": _submit_md}
+
+
+def run_workload(backend: DaskLocalCluster, simulations: int, packings: int, annotated: bool,
+                 progress: bool = True, workload: str = "toy",
+                 sizes: dict[str, int] | None = None) -> RunReport:
+    """Submit the mixed workload through ``backend`` and collect a :class:`RunReport`."""
+    report = RunReport(annotated=annotated)
+    backend.client.annotator.enabled = annotated
+    start = time.perf_counter()
+    futures = WORKLOADS[workload](backend, simulations, packings, sizes or {})
     label = "annotated" if annotated else "not annotated"
     with tqdm(total=len(futures), desc=f"demo ({label})", unit="task", disable=not progress,
               leave=False) as bar:
@@ -101,6 +249,9 @@ def run_workload(backend: DaskLocalCluster, simulations: int, packings: int, ann
             kind = futures[future]
             report.workers[kind][result["worker"]] += 1
             report.task_seconds[kind] += result["seconds"]
+            if "platform" in result:
+                report.platforms[result["platform"]] += 1
+                report.ns_per_day.append(result["ns_per_day"])
             bar.update(1)
     report.wall_seconds = time.perf_counter() - start
     return report
@@ -115,25 +266,73 @@ def format_report(report: RunReport) -> str:
         n = sum(counts.values())
         mean = report.task_seconds[kind] / n if n else 0.0
         lines.append(f"  {kind:<10} {n:>3} tasks, {mean:.3f} s each, ran on {where}")
+    if report.platforms:
+        platforms = ", ".join(f"{name}: {n}" for name, n in sorted(report.platforms.items()))
+        speed = sum(report.ns_per_day) / len(report.ns_per_day)
+        lines.append(f"  OpenMM platforms: {platforms}; mean {speed:.1f} ns/day")
     return "\n".join(lines)
 
 
+def summary(reports: list[RunReport]) -> str:
+    """What annotation changed: where each kind of task ran with it on and off."""
+    by = {report.annotated: report for report in reports}
+    if True not in by or False not in by:
+        return ""
+    on, off = by[True], by[False]
+
+    def share(report: RunReport, kind: str, prefix: str) -> str:
+        counts = report.workers[kind]
+        total = sum(counts.values())
+        inside = sum(n for worker, n in counts.items() if str(worker).startswith(prefix))
+        return f"{inside}/{total}"
+
+    return (
+        "What annotation changed:\n"
+        f"  simulations on GPU-pool workers: {share(on, 'simulation', 'gpu')} with annotation, "
+        f"{share(off, 'simulation', 'gpu')} without\n"
+        f"  packings on CPU-pool workers:    {share(on, 'packing', 'cpu')} with annotation, "
+        f"{share(off, 'packing', 'cpu')} without\n"
+        "  With annotation every simulation asks for the GPU resource and every packing for "
+        "notGPU,\n  so each runs only where it belongs; without it any task runs on any "
+        "worker."
+    )
+
+
 def run_demo(gpu_workers: int = 2, cpu_workers: int = 2, simulations: int = 12,
-             packings: int = 12, progress: bool = True) -> list[RunReport]:
-    """Start the local pools, run the workload with annotation on and off, stop everything."""
+             packings: int = 12, progress: bool = True, workload: str = "toy",
+             sizes: dict[str, int] | None = None, cpu_threads: int = 1) -> list[RunReport]:
+    """Start the local pools, run the workload with annotation on and off, stop everything.
+
+    ``workload``: ``"toy"`` or ``"md"`` (``sizes``: ``waters`` per box, ``steps`` per
+    simulation); ``cpu_threads``: threads of each CPU-pool worker.
+    """
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {sorted(WORKLOADS)}, not {workload!r}")
+    if workload == "md" and (missing := md_missing()):
+        raise RuntimeError(missing)
+    if workload == "md" and simulations and not packings:
+        raise ValueError("the md workload simulates packed boxes: give at least one packing")
+    with local_pools(gpu_workers, cpu_workers, cpu_threads) as backend:
+        return [
+            run_workload(backend, simulations, packings, annotated, progress, workload, sizes)
+            for annotated in (True, False)
+        ]
+
+
+@contextlib.contextmanager
+def local_pools(gpu_workers: int, cpu_workers: int,
+                cpu_threads: int = 1) -> Iterator[DaskLocalCluster]:
+    """A local GPU pool and CPU pool, every worker connected; stopped on exit."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NoGPUWarning)
         backend = DaskLocalCluster(
             number_of_workers=gpu_workers,
             resources_per_worker=ComputeResources(number_of_threads=1, number_of_gpus=1),
-            pools={"cpu": (cpu_workers, ComputeResources(number_of_threads=1))},
+            pools={"cpu": (cpu_workers, ComputeResources(number_of_threads=cpu_threads))},
             # workers racing the scheduler's shutdown log harmless connection errors; task
             # failures still reach the demo through their futures
             silence_logs="critical",
         )
         with backend:
             backend.client.wait_for_workers(gpu_workers + cpu_workers, timeout=120)
-            return [
-                run_workload(backend, simulations, packings, annotated, progress)
-                for annotated in (True, False)
-            ]
+            yield backend

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -34,5 +35,58 @@ class BatchError(HybridError, RuntimeError):
     """A batch system refused or failed an operation; the message carries its own words."""
 
 
+class ToolMissing(BatchError):
+    """A batch system's client tool or bindings are not installed here: nothing reached it."""
+
+
 class WorkersDidNotArrive(HybridError, TimeoutError):
     """Workers did not join in time; the message carries the batch system's reasons."""
+
+
+class PoolFailed(WorkersDidNotArrive):
+    """A pool gave up: its submissions or its jobs kept failing. The message says why."""
+
+
+class CleanupFailed(HybridError):
+    """Closing left work behind; the message names the jobs and the command that removes them."""
+
+
+def attach_note(error: BaseException, note: str) -> BaseException:
+    """Add ``note`` to ``error`` (``BaseException.add_note`` where Python has it)."""
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    return error
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn, pointing at the caller's own line: the first frame outside hybrid and the
+    libraries it drives (a warning in our file tells a user nothing)."""
+    import sys
+    import warnings
+
+    internal = ("hybrid", "dask_gateway", "distributed", "dask", "tornado", "asyncio",
+                "concurrent", "threading", "contextlib", "importlib")
+    frame = sys._getframe(1)
+    level = 2  # 1 would be this function, 2 its caller
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".")[0] not in internal:
+            break
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+
+
+def cleanup_after(error: BaseException | None, cleanup: Callable[[], Any], what: str) -> None:
+    """Run ``cleanup``. With ``error`` in flight, a failing cleanup is attached to ``error``
+    (as a note: ``while <what> after this error: ...``) and never replaces it."""
+    if error is None:
+        cleanup()
+        return
+    try:
+        cleanup()
+    except Exception as failure:
+        attach_note(error, f"while {what} after this error: {failure}")

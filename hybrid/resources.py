@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 import pint
 
 from hybrid.errors import ConfigurationError
-from hybrid.units import Quantity, parse_memory, parse_walltime, to_bytes, walltime_seconds
+from hybrid.units import (
+    MAX_BYTES,
+    Quantity,
+    parse_memory,
+    parse_walltime,
+    to_bytes,
+    walltime_seconds,
+)
 
 __all__ = [
     "ComputeResources",
@@ -54,15 +61,36 @@ def _enum(enum: type[Enum], value: Any, field: str, allow_none: bool) -> Enum | 
     raise ConfigurationError(field, value, f"one of {names} (or {enum.__name__}.<name>)")
 
 
-def _count(value: Any, field: str, minimum: int = 0) -> int:
+#: The most threads and GPUs one worker's job may have (as a pool's ``cores``/``gpus``).
+MAX_THREADS = 1024
+MAX_GPUS = 64
+#: The most pods one group may have (as ``hybrid submit --count``).
+MAX_WORKERS = 100_000
+
+
+def _count(value: Any, field: str, minimum: int = 0, maximum: int = MAX_THREADS) -> int:
+    accepted = f"an integer >= {minimum}, at most {maximum}"
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ConfigurationError(field, value, f"an integer >= {minimum}")
-    if value < minimum:
-        raise ConfigurationError(field, value, f"an integer >= {minimum}")
+            raise ConfigurationError(field, value, accepted)
+    if not minimum <= value <= maximum:
+        raise ConfigurationError(field, value, accepted)
     return value
+
+
+def _json_object(text: Any, field: str) -> dict[str, Any]:
+    """The JSON object ``text`` holds (a resource object's :meth:`to_json`)."""
+    accepted = ('the JSON text of a resource object\'s to_json(), an object such as '
+                '{"type": "ComputeResources", "number_of_threads": 2}')
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        raise ConfigurationError(field, text, accepted) from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(field, text, accepted)
+    return data
 
 
 def _quantity_text(quantity: pint.Quantity) -> str:
@@ -84,7 +112,8 @@ class _Resources:
 
     def _validate_gpu(self) -> None:
         name = type(self).__name__
-        self.number_of_gpus = _count(self.number_of_gpus, f"{name}.number_of_gpus")
+        self.number_of_gpus = _count(self.number_of_gpus, f"{name}.number_of_gpus", 0,
+                                     MAX_GPUS)
         self.preferred_gpu_toolkit = _enum(
             GPUToolkit, self.preferred_gpu_toolkit, f"{name}.preferred_gpu_toolkit", True
         )
@@ -118,6 +147,9 @@ class _Resources:
     @classmethod
     def from_dict(cls, data: dict[str, Any]):
         """Rebuild from :meth:`to_dict` output (unknown keys are an error)."""
+        if not isinstance(data, dict):
+            raise ConfigurationError(cls.__name__, data,
+                                     f"a dict of {', '.join(cls._fields)}")
         unknown = set(data) - set(cls._fields)
         if unknown:
             raise ConfigurationError(
@@ -132,7 +164,7 @@ class _Resources:
     @classmethod
     def from_json(cls, text: str):
         """Rebuild from :meth:`to_json` output."""
-        data = json.loads(text)
+        data = _json_object(text, f"{cls.__name__}.from_json(text)")
         kind = data.pop("type", cls.__name__)
         if kind != cls.__name__:
             raise ConfigurationError("type", kind, f"{cls.__name__!r} JSON")
@@ -220,6 +252,12 @@ class QueueWorkerResources(ComputeResources):
                 per_thread_memory_limit,
                 "a memory larger than zero",
             )
+        if self.memory_bytes > MAX_BYTES:
+            raise ConfigurationError(
+                "QueueWorkerResources.per_thread_memory_limit", per_thread_memory_limit,
+                f"a memory that, times number_of_threads ({self.number_of_threads}), is at "
+                "most 1 PiB per job",
+            )
         self.wallclock_time_limit = parse_walltime(
             wallclock_time_limit, "QueueWorkerResources.wallclock_time_limit"
         )
@@ -266,10 +304,10 @@ class PodResources(_Resources):
         tolerations: list[dict[str, Any]] | None = None,
     ):
         self.minimum_number_of_workers = _count(
-            minimum_number_of_workers, "PodResources.minimum_number_of_workers"
+            minimum_number_of_workers, "PodResources.minimum_number_of_workers", 0, MAX_WORKERS
         )
         self.maximum_number_of_workers = _count(
-            maximum_number_of_workers, "PodResources.maximum_number_of_workers", 1
+            maximum_number_of_workers, "PodResources.maximum_number_of_workers", 1, MAX_WORKERS
         )
         if self.minimum_number_of_workers > self.maximum_number_of_workers:
             raise ConfigurationError(
@@ -279,6 +317,10 @@ class PodResources(_Resources):
             )
         self.number_of_threads = _count(number_of_threads, "PodResources.number_of_threads", 1)
         self.memory_limit = parse_memory(memory_limit, "PodResources.memory_limit")
+        if to_bytes(self.memory_limit) == 0:
+            raise ConfigurationError("PodResources.memory_limit", memory_limit,
+                                     "a memory larger than zero (a pod without a memory "
+                                     "limit may take a node's whole memory)")
         self.ephemeral_storage_limit = parse_memory(
             ephemeral_storage_limit, "PodResources.ephemeral_storage_limit"
         )
@@ -309,7 +351,7 @@ class PodResources(_Resources):
 
 def resources_from_json(text: str) -> _Resources:
     """Rebuild any resource object from its :meth:`to_json` text."""
-    kind = json.loads(text).get("type")
+    kind = _json_object(text, "resources_from_json(text)").get("type")
     classes = {c.__name__: c for c in (ComputeResources, QueueWorkerResources, PodResources)}
     if kind not in classes:
         raise ConfigurationError("type", kind, f"one of {', '.join(classes)}")

@@ -4,9 +4,10 @@ A user's own directory (``hybrid.templates.directory``) is searched first, so a 
 overrides ours of the same name. Every user value goes through a filter that quotes it for
 the language it lands in; a value that cannot be made safe raises :class:`TemplateError`.
 
-Filters: ``sh`` (one shell word), ``sh_join`` (a shell command line), ``classad`` (an
-HTCondor ClassAd string literal in a submit description), ``directive`` (one line of a
-``#SBATCH``/``#PBS``/``#BSUB`` directive), ``json`` (a JSON/YAML scalar or mapping).
+Filters: ``sh`` (one shell word), ``sh_join`` (a shell command line), ``env_name`` (a
+variable name for ``export``), ``classad`` (an HTCondor ClassAd string literal in a submit
+description), ``directive`` (one line of a ``#SBATCH``/``#PBS``/``#BSUB`` directive or a
+submit-description line).
 Environment values and worker arguments always go to the shell script, never into an
 HTCondor submit description, so any string is fine there.
 """
@@ -14,16 +15,16 @@ HTCondor submit description, so any string is fine there.
 from __future__ import annotations
 
 import functools
-import json
+import re
 import shlex
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import jinja2
 
 from hybrid import config
-from hybrid.errors import TemplateError
+from hybrid.errors import ConfigurationError, TemplateError
 
 
 def packaged_template_directory() -> Path:
@@ -71,18 +72,28 @@ def classad_string(value: Any) -> str:
 
 
 def directive_line(value: Any) -> str:
-    """A value on one batch directive line: newlines (a second directive) are refused."""
+    """A value on one batch directive line: line breaks (a second directive) and a trailing
+    backslash (a continuation onto the next line) are refused."""
+    from hybrid.fields import LINE_BREAKS
+
     text = _no_control(str(value), "directive")
-    if "\n" in text or "\r" in text:
+    if any(mark in text for mark in LINE_BREAKS):
         raise TemplateError(
-            f"directive {text!r} contains a newline; give each directive as its own list item"
+            f"directive {text!r} contains a line break; give each directive as its own list "
+            "item"
         )
+    if text.rstrip().endswith("\\"):
+        raise TemplateError(f"directive {text!r} ends in a backslash, which continues it onto "
+                            "the next line of an HTCondor submit description: remove it")
     return text
 
 
-def to_json(value: Any) -> str:
-    """JSON text, which is also valid YAML, for manifests."""
-    return json.dumps(value)
+def env_name(value: Any) -> str:
+    """An environment variable name, checked again where it lands (``export NAME=``)."""
+    text = str(value)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        raise TemplateError(f"{text!r} is not an environment variable name")
+    return text
 
 
 def template_directories() -> list[Path]:
@@ -90,12 +101,11 @@ def template_directories() -> list[Path]:
     directories = []
     user = config.get("templates.directory", None)
     if user:
-        path = Path(str(user)).expanduser()
-        if not path.is_dir():
-            raise TemplateError(
-                f"hybrid.templates.directory = {str(user)!r} is not a directory: create it or "
-                "unset the setting"
-            )
+        path = Path(str(user)).expanduser() if isinstance(user, (str, PurePath)) else None
+        if path is None or not path.is_dir():
+            raise ConfigurationError("hybrid.templates.directory", user,
+                                     "a directory of your own job templates, or null",
+                                     "Create the directory or unset the setting.")
         directories.append(path)
     directories.append(packaged_template_directory())
     return directories
@@ -112,8 +122,8 @@ def _environment(directories: tuple[Path, ...]) -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        sh=shell_quote, sh_join=shell_join, classad=classad_string, directive=directive_line,
-        json=to_json,
+        sh=shell_quote, sh_join=shell_join, env_name=env_name, classad=classad_string,
+        directive=directive_line,
     )
     return env
 

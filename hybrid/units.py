@@ -6,6 +6,7 @@ converting through their magnitude and unit name, never by identity of the regis
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -18,6 +19,9 @@ Quantity = unit.Quantity
 
 __all__ = ["Quantity", "format_bytes", "is_quantity", "parse_memory", "parse_walltime", "unit"]
 
+#: No worker gets more memory than this: larger values are typing mistakes.
+MAX_BYTES = 2**50
+
 _HHMM = re.compile(r"^(\d{1,3}):([0-5]\d)(?::([0-5]\d))?$")
 
 
@@ -29,17 +33,24 @@ def is_quantity(value: Any) -> bool:
 
 
 def _as_own_quantity(value: Any, field: str, accepted: str) -> pint.Quantity:
+    quantity = None
     try:
         if is_quantity(value):
-            return Quantity(value.magnitude, str(value.units))
-        if isinstance(value, str):
-            text = value.strip()
-            if not re.search(r"[A-Za-z]", text):
-                raise ValueError("no unit")
-            return Quantity(text)
-    except (pint.errors.PintError, ValueError, TypeError, AttributeError):
-        pass
-    raise ConfigurationError(field, value, accepted)
+            quantity = Quantity(value.magnitude, str(value.units))
+        elif isinstance(value, str) and re.search(r"[A-Za-z]", value) and "\0" not in value:
+            quantity = Quantity(value.strip())
+    except Exception:  # pint raises many kinds (ZeroDivisionError for "1/0 GiB" among them)
+        quantity = None
+    if quantity is None or not is_quantity(quantity) or not _finite(quantity.magnitude):
+        raise ConfigurationError(field, value, accepted)
+    return quantity
+
+
+def _finite(magnitude: Any) -> bool:
+    try:
+        return math.isfinite(float(magnitude))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def parse_memory(value: Any, field: str) -> pint.Quantity:
@@ -56,6 +67,8 @@ def parse_memory(value: Any, field: str) -> pint.Quantity:
         raise ConfigurationError(field, value, accepted)
     if quantity.magnitude < 0:
         raise ConfigurationError(field, value, accepted + " that is not negative")
+    if quantity.to(unit.byte).magnitude > MAX_BYTES:
+        raise ConfigurationError(field, value, accepted + " of at most 1 PiB")
     return quantity
 
 
@@ -80,9 +93,12 @@ def parse_walltime(value: Any, field: str) -> str:
     accepted = 'a wall time "HH:MM" (e.g. "05:59") or a time quantity such as 6 * unit.hour'
     if is_quantity(value):
         try:
-            minutes = Quantity(value.magnitude, str(value.units)).to(unit.minute).magnitude
-        except pint.errors.PintError:
+            minutes = float(Quantity(value.magnitude, str(value.units)).to(unit.minute)
+                            .magnitude)
+        except Exception:
             raise ConfigurationError(field, value, accepted) from None
+        if not math.isfinite(minutes) or minutes > 999 * 60:
+            raise ConfigurationError(field, value, accepted + " of at most 999 hours")
         if minutes <= 0:
             raise ConfigurationError(field, value, accepted + " longer than zero")
         minutes = int(-(-minutes // 1))

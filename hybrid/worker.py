@@ -1,206 +1,157 @@
-"""The ``dask worker`` command a job runs, described as data.
+"""The ``dask worker`` command a job runs, from a pool and the way to its scheduler.
 
-:class:`WorkerOptions` holds everything the command needs; :meth:`WorkerOptions.argv` gives
-the argument list (without ``--name``, which the job computes from its own batch job id).
-Every template, batch or Kubernetes, runs this same command.
+:func:`worker_command` gives a :class:`WorkerCommand`: the words before python (container,
+pixi or conda), the python itself (or ``None``: the job looks ``python3`` up on ``PATH`` after
+the user's setup commands) and the worker's arguments, without ``--name`` (the job computes
+it from its own batch job id). Every template, batch or Kubernetes, runs this same command.
+The worker starts through ``python -m distributed.cli.dask_worker``, which loads only what a
+worker needs (``python -m dask worker`` would import every ``dask`` CLI plugin first), and
+without its own dashboard unless ``worker_extra_args`` ask for it (``--dashboard``).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hybrid import config
-from hybrid.annotator import resources_argument
 from hybrid.errors import ConfigurationError
+from hybrid.routing import resources_argument
 
-_PORT_RANGE = re.compile(r"^(\d{1,5})(?::(\d{1,5}))?$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+if TYPE_CHECKING:
+    from hybrid.pools import PoolSpec
 
-
-def check_name(value: str, field_name: str) -> str:
-    """Names that land in job names, tags and worker names: ``[A-Za-z0-9._-]``, 1-63 chars."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ConfigurationError(
-            field_name, value,
-            "1-63 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit",
-        )
-    return value
-
-
-def parse_port_range(value: str | int | None, field_name: str) -> tuple[int, int] | None:
-    """``"10000:10070"`` -> ``(10000, 10070)``; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    match = _PORT_RANGE.match(str(value).strip())
-    accepted = 'a port "N" or a range "FIRST:LAST" with 1024 <= FIRST <= LAST <= 65535'
-    if not match:
-        raise ConfigurationError(field_name, value, accepted)
-    first = int(match[1])
-    last = int(match[2] or first)
-    if not 1024 <= first <= last <= 65535:
-        raise ConfigurationError(field_name, value, accepted)
-    return first, last
+#: The module every worker runs.
+WORKER_MODULE = "distributed.cli.dask_worker"
 
 
 @dataclass(frozen=True)
 class TLSFiles:
-    """Paths of the CA, certificate and key as the worker sees them."""
+    """The CA, certificate and key: paths as a worker sees them, or, as the source a
+    :class:`Connection` carries, each a path on this host or the PEM text itself."""
 
     ca: str
     cert: str
     key: str
 
 
-@dataclass(frozen=True)
-class ContainerOptions:
-    """Run the worker inside ``<runtime> exec [--bind B]... <image>``."""
-
-    image: str
-    runtime: str = "apptainer"
-    binds: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.image, str) or not self.image.strip():
-            raise ConfigurationError("container.image", self.image, "a path or URI of an image")
-        if self.runtime not in ("apptainer", "singularity"):
-            raise ConfigurationError("container.runtime", self.runtime,
-                                     '"apptainer" or "singularity"')
-        for bind in self.binds:
-            if not isinstance(bind, str) or not bind or "\n" in bind or "," in bind:
-                raise ConfigurationError(
-                    "container.binds", bind, '"SRC[:DEST[:OPTS]]" without commas or newlines'
-                )
-
-    def prefix(self) -> list[str]:
-        """The ``apptainer exec ...`` words that go before the worker command."""
-        words = [self.runtime, "exec"]
-        for bind in self.binds:
-            words += ["--bind", bind]
-        return [*words, self.image]
+def read_pem(source: str) -> bytes:
+    """The PEM bytes of a TLS source: the text itself, or the file it names."""
+    if "-----BEGIN" in source:
+        return source.encode()
+    try:
+        return Path(source).read_bytes()
+    except OSError as error:
+        raise ConfigurationError("tls", source, "PEM text or a readable certificate or key "
+                                 f"file ({error.strerror})") from None
 
 
 @dataclass(frozen=True)
-class WorkerOptions:
-    """What the worker command needs, from the scheduler address to the container.
+class Connection:
+    """How a cluster's workers reach its scheduler: address, TLS material, SNI.
 
-    ``launcher`` words go before the python command (``pixi run --manifest-path P``,
-    ``conda run -p ENV``): the worker then runs inside that environment.
+    ``tls`` holds the CA, certificate and key as PEM text or paths on this host (nothing is
+    written until a submission stages them); each system decides where its jobs find them.
     """
 
     scheduler_address: str
-    nthreads: int = 1
-    memory_limit: int | None = None
-    resources: dict[str, float] = field(default_factory=dict)
     tls: TLSFiles | None = None
-    scheduler_sni: str | None = None
-    nanny: bool = True
-    worker_port: str | None = None
-    nanny_port: str | None = None
-    contact_address: str | None = None
-    death_timeout: int = 60
-    extra_args: tuple[str, ...] = ()
-    python: str | None = None
-    container: ContainerOptions | None = None
-    launcher: tuple[str, ...] = ()
+    sni: str | None = None
+    #: What the caller calls the address, the TLS files and the SNI (errors name these).
+    labels: tuple[str, str, str] = field(default=("scheduler_address", "tls", "scheduler_sni"),
+                                         compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        address = urlparse(self.scheduler_address if "://" in self.scheduler_address
-                           else f"tcp://{self.scheduler_address}")
-        if address.scheme not in ("tcp", "tls", "ws", "wss", "ucx") or not address.hostname:
+        from hybrid.fields import Address, validate_value
+
+        address_label, tls_label, sni_label = self.labels
+        checked = validate_value(Address, self.scheduler_address, address_label)
+        object.__setattr__(self, "scheduler_address", checked)
+        if checked.startswith("tls://") and self.tls is None:
             raise ConfigurationError(
-                "scheduler_address", self.scheduler_address, "an address like tls://host:8786"
-            )
-        if address.scheme == "tls" and self.tls is None:
+                tls_label, None, "CA, certificate and key files for a tls:// scheduler address")
+        if self.sni is not None and not checked.startswith("tls://"):
+            raise ConfigurationError(sni_label, self.sni,
+                                     "an SNI only with a tls:// scheduler address",
+                                     "Leave the SNI out, or use a tls:// scheduler address.")
+
+    def check_pool(self, spec: PoolSpec, field: str) -> None:
+        """Refuse a pool these workers cannot run: a nanny cannot pass the SNI."""
+        if self.sni is not None and spec.processes > 1:
             raise ConfigurationError(
-                "tls", None, "CA, certificate and key files for a tls:// scheduler address"
-            )
-        if self.scheduler_sni is not None and address.scheme != "tls":
-            raise ConfigurationError(
-                "scheduler_sni", self.scheduler_sni, "an SNI only with a tls:// scheduler address"
-            )
-        parse_port_range(self.worker_port, "hybrid.worker.port-range")
-        parse_port_range(self.nanny_port, "hybrid.worker.nanny-port-range")
-        if self.contact_address is not None:
-            contact = urlparse(self.contact_address)
-            if not contact.hostname or not contact.port:
-                raise ConfigurationError(
-                    "hybrid.worker.contact-address", self.contact_address,
-                    "an address with a port, like tls://203.0.113.5:10000",
-                )
-        if isinstance(self.death_timeout, bool) or not isinstance(self.death_timeout, int) or (
-            self.death_timeout <= 0
-        ):
-            raise ConfigurationError("hybrid.worker.death-timeout", self.death_timeout,
-                                     "a whole number of seconds > 0")
-        for arg in self.extra_args:
-            if not isinstance(arg, str) or "\n" in arg or "\0" in arg:
-                raise ConfigurationError("worker_extra_args", arg, "strings without newlines")
-        for word in self.launcher:
-            if not isinstance(word, str) or not word or "\n" in word or "\0" in word:
-                raise ConfigurationError("launcher", self.launcher,
-                                         "non-empty words without newlines")
-
-    @property
-    def uses_nanny(self) -> bool:
-        """A nanny cannot pass the SNI to the proxy, so an SNI means ``--no-nanny``."""
-        return self.nanny and self.scheduler_sni is None
-
-    @property
-    def python_executable(self) -> str:
-        """The python that runs ``-m dask worker``: configured, else container's, else ours."""
-        if self.python:
-            return self.python
-        configured = config.get("worker.python", None)
-        if configured:
-            return str(configured)
-        return "python3" if self.container else sys.executable
-
-    def argv(self) -> list[str]:
-        """The whole command, container prefix included, without ``--name``."""
-        words = [self.python_executable, "-m", "dask", "worker", self.scheduler_address]
-        words += ["--nthreads", str(self.nthreads)]
-        if self.memory_limit:
-            words += ["--memory-limit", str(self.memory_limit)]
-        if self.resources:
-            words += ["--resources", resources_argument(self.resources)]
-        if self.tls:
-            words += ["--tls-ca-file", self.tls.ca, "--tls-cert", self.tls.cert,
-                      "--tls-key", self.tls.key]
-        if self.scheduler_sni:
-            words += ["--scheduler-sni", self.scheduler_sni]
-        words.append("--nanny" if self.uses_nanny else "--no-nanny")
-        if self.contact_address:
-            contact = urlparse(self.contact_address)
-            words += ["--listen-address", f"{contact.scheme}://0.0.0.0:{contact.port}",
-                      "--contact-address", self.contact_address]
-        elif self.worker_port:
-            words += ["--worker-port", str(self.worker_port)]
-        if self.uses_nanny and self.nanny_port:
-            words += ["--nanny-port", str(self.nanny_port)]
-        words += ["--death-timeout", str(self.death_timeout)]
-        words += list(self.extra_args)
-        words = list(self.launcher) + words  # e.g. pixi run ... / conda run ...
-        if self.container:
-            words = self.container.prefix() + words
-        return words
+                f"{field}.processes", spec.processes,
+                "1 behind a gateway's proxy: several processes per job need a nanny, and a "
+                "nanny cannot pass the SNI the proxy routes by")
 
 
-def default_worker_settings() -> dict:
-    """The ``hybrid.worker`` settings that :class:`WorkerOptions` takes from configuration."""
-    container = config.get("worker.container", {}) or {}
-    image = container.get("image")
-    return {
-        "death_timeout": int(config.get("worker.death-timeout")),
-        "worker_port": config.get("worker.port-range", None),
-        "nanny_port": config.get("worker.nanny-port-range", None),
-        "contact_address": config.get("worker.contact-address", None),
-        "nanny": bool(config.get("worker.nanny", True)),
-        "extra_args": tuple(config.get("worker.extra-args", []) or ()),
-        "container": ContainerOptions(
-            image=image, runtime=container.get("runtime", "apptainer"),
-            binds=tuple(container.get("binds", []) or ()),
-        ) if image else None,
-    }
+@dataclass(frozen=True)
+class WorkerCommand:
+    """The worker's command line in three parts (see the module's docstring)."""
+
+    prefix: tuple[str, ...]
+    python: str | None
+    arguments: tuple[str, ...]
+
+    def argv(self, python: str = "python3") -> list[str]:
+        """The whole command, with ``python`` where the job would look it up."""
+        return [*self.prefix, self.python or python, *self.arguments]
+
+
+def worker_python(spec: PoolSpec) -> str | None:
+    """The python that runs the worker, or ``None`` to look it up in the job (see
+    :attr:`~hybrid.pools.PoolSpec.python`)."""
+    from hybrid import config
+
+    if spec.python:
+        return spec.python
+    if spec.container_image or spec.launcher():
+        return "python"
+    configured = config.get("worker.python", None)
+    if configured:
+        return str(configured)
+    if spec.job_script_prologue:
+        return None
+    return sys.executable
+
+
+def wants_dashboard(extra_args: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``worker_extra_args`` ask for the worker's dashboard (off by default: batch
+    workers are reached through the scheduler's, and importing it costs a third of a
+    worker's start-up)."""
+    return any(arg == "--dashboard" or arg.startswith("--dashboard-address")
+               for arg in extra_args)
+
+
+def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
+                   uses_nanny: bool | None = None) -> WorkerCommand:
+    """The command a worker job of ``spec`` runs; ``tls``: the files as the job sees them."""
+    nanny = spec.uses_nanny if uses_nanny is None else uses_nanny
+    if connection.sni is not None:
+        nanny = False  # a nanny cannot pass the SNI to the gateway's proxy
+    words = ["-m", WORKER_MODULE, connection.scheduler_address,
+             "--nthreads", str(spec.threads_per_worker)]
+    if spec.processes > 1:
+        words += ["--nworkers", str(spec.processes)]
+    if spec.memory_per_worker:
+        words += ["--memory-limit", str(spec.memory_per_worker)]
+    words += ["--resources", resources_argument(spec.worker_resources())]
+    if tls is not None:
+        words += ["--tls-ca-file", tls.ca, "--tls-cert", tls.cert, "--tls-key", tls.key]
+    if connection.sni:
+        words += ["--scheduler-sni", connection.sni]
+    words.append("--nanny" if nanny else "--no-nanny")
+    if not wants_dashboard(spec.worker_extra_args):
+        words.append("--no-dashboard")  # bokeh and its web app: a third of the start-up
+    if spec.contact_address:
+        scheme, _, rest = spec.contact_address.partition("://")
+        port = rest.rsplit(":", 1)[1]
+        words += ["--listen-address", f"{scheme}://0.0.0.0:{port}",
+                  "--contact-address", spec.contact_address]
+    elif spec.worker_port:
+        words += ["--worker-port", spec.worker_port]
+    if nanny and spec.nanny_port:
+        words += ["--nanny-port", spec.nanny_port]
+    words += ["--death-timeout", str(spec.death_timeout), *spec.worker_extra_args]
+    return WorkerCommand(prefix=(*spec.container_prefix(), *spec.launcher()),
+                         python=worker_python(spec), arguments=tuple(words))

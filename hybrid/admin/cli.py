@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hybrid.admin.doctor import DEFAULT_TIMEOUT, DEFAULT_WARN_DAYS, SYSTEM_TOOLS
+from hybrid.admin.doctor import DEFAULT_TIMEOUT, DEFAULT_WARN_DAYS
 from hybrid.admin.ingress import (
     DEFAULT_DYNAMIC_FILE,
     DEFAULT_ENTRY_POINT,
@@ -18,6 +18,8 @@ from hybrid.admin.ingress import (
     FORMS,
 )
 from hybrid.admin.ports import DEFAULT_GATEWAY_HTTP_PORT
+from hybrid.batch import SYSTEMS
+from hybrid.cli import Duration
 from hybrid.errors import ConfigurationError
 
 
@@ -34,12 +36,24 @@ def _bad_input_is_usage_error(command: Callable[..., Any]) -> Callable[..., Any]
     return wrapper
 
 
-@click.group()
+@click.group(epilog="""
+\b
+Examples:
+  hybrid admin ingress --form kubernetes --namespace dask-gateway
+  hybrid admin ports --workers-per-node 4 --ingress-host gateway.example.org
+  hybrid admin gateway-config --backend local > hybrid-gateway.yaml
+""")
 def admin() -> None:
     """For the facility admin: the ingress, the firewall, the gateway server."""
 
 
-@admin.command()
+@admin.command(epilog="""
+\b
+Examples:
+  hybrid admin ingress --form kubernetes --namespace dask-gateway --port 8786
+  hybrid admin ingress --form file --host 0.0.0.0 --service 10.0.0.7 \\
+      --dynamic-file /etc/traefik/dynamic/dask-gateway.yml
+""")
 @click.option("--form", type=click.Choice(FORMS), default="kubernetes", show_default=True,
               help="An IngressRouteTCP manifest, or Traefik's file provider configuration.")
 @click.option("--host", default=None,
@@ -69,7 +83,12 @@ def ingress(form: str, host: str | None, port: int, namespace: str, entry_point:
     ), nl=False)
 
 
-@admin.command()
+@admin.command(epilog="""
+\b
+Examples:
+  hybrid admin ports
+  hybrid admin ports --workers-per-node 8 --no-nanny --ingress-host gw.example.org --json
+""")
 @click.option("--workers-per-node", default=1, show_default=True, type=int,
               help="Workers one batch node runs at the same time.")
 @click.option("--nanny/--no-nanny", default=None,
@@ -95,12 +114,20 @@ def ports(workers_per_node: int, nanny: bool | None, scheduler_host: str | None,
     click.echo(json.dumps(plan.as_dict(), indent=2) if as_json else format_plan(plan))
 
 
-@admin.command("gateway-config")
+@admin.command("gateway-config", epilog="""
+\b
+Examples:
+  hybrid admin gateway-config --backend local --password-file /etc/dask-gateway/password \\
+      --proxy-address :8000 --tcp-proxy-address :8786 --cluster-max-cores 400 \\
+      > /etc/dask-gateway/hybrid-gateway.yaml
+  hybrid admin gateway-config --helm --backend kubernetes --authenticator jupyterhub \\
+      --gateway-image ghcr.io/facility/dask-gateway-server-hybrid:1.0 > hybrid-values.yaml
+""")
 @click.option("--backend", type=click.Choice(["local", "unsafe-local", "kubernetes"]),
               default="local", show_default=True,
-              help="The backend of the dask_gateway_config.py (the Helm values are Kubernetes).")
+              help="The gateway's backend (the Helm chart is kubernetes).")
 @click.option("--authenticator", type=click.Choice(["simple", "jupyterhub"]), default=None,
-              help="How users log in (default: simple in the config, jupyterhub in Helm).")
+              help="How users log in (default: dask-gateway's, simple).")
 @click.option("--password-file", default=None,
               help="Simple authenticator: a 0600 file with the shared password.")
 @click.option("--jupyterhub-api-url", default=None, help="JupyterHub authenticator: the Hub API.")
@@ -114,45 +141,65 @@ def ports(workers_per_node: int, nanny: bool | None, scheduler_host: str | None,
 @click.option("--allow-custom-image", is_flag=True, default=None,
               help="Let users give any image reference, not only the listed ones.")
 @click.option("--preload", type=click.Choice(["module", "inline", "none"]), default=None,
-              help="How schedulers get hybrid's preload (default: module; inline on Kubernetes).")
-@click.option("--idle-timeout", default=None, help='Stop idle clusters after, e.g. "30 min".')
+              help="How schedulers load hybrid's plugin (default: module; inline on "
+                   "Kubernetes).")
+@click.option("--gateway-workers/--no-gateway-workers", default=None,
+              help="Let the gateway start workers itself (default: no, batch workers only).")
+@click.option("--worker-options", is_flag=True, default=None,
+              help="Offer worker_cores and worker_memory (GiB) as cluster options.")
+@click.option("--cluster-max-workers", default=None, type=int,
+              help="At most this many workers per cluster, batch workers included.")
+@click.option("--cluster-max-cores", default=None, type=float,
+              help="At most this many cores per cluster, its scheduler's included.")
+@click.option("--cluster-max-memory", default=None,
+              help='At most this much memory per cluster, e.g. "800 GiB".')
+@click.option("--idle-timeout", default=None, help='Stop idle clusters after, e.g. "30 minutes".')
 @click.option("--max-lifetime", default=None, help="Stop every cluster after this long.")
 @click.option("--client-timeout", default=None,
               help="Stop a cluster this long after its last client left.")
-@click.option("--helm/--no-helm", default=True, show_default=True,
-              help="Also print the dask-gateway Helm chart values.")
+@click.option("--helm", is_flag=True,
+              help="Print values for the dask-gateway Helm chart instead of the settings YAML.")
+@click.option("--gateway-image", default=None,
+              help="Helm: the gateway pod's image, with hybrid installed.")
 @_bad_input_is_usage_error
-def gateway_config(backend: str, authenticator: str | None, password_file: str | None,
-                   jupyterhub_api_url: str | None, address: str | None,
-                   proxy_address: str | None, tcp_proxy_address: str | None,
-                   images: tuple[str, ...], allow_custom_image: bool | None,
-                   preload: str | None, idle_timeout: str | None, max_lifetime: str | None,
-                   client_timeout: str | None, helm: bool) -> None:
-    """Print dask-gateway-server's configuration for scheduler-only clusters and Helm values.
+def gateway_config(helm: bool, gateway_image: str | None, images: tuple[str, ...],
+                   **options: Any) -> None:
+    """Print the settings YAML of hybrid's gateway server (or Helm values).
 
-    The gateway starts schedulers only, with hybrid's preload so that workers from batch
-    jobs are not retired; users pick the scheduler image with ``new_cluster(image=...)``.
+    The server runs the configuration file packaged with hybrid, the same for every site
+    (``dask-gateway-server -f PATH``; PATH printed in the header), which reads these settings
+    from the file named by $HYBRID_GATEWAY_SETTINGS. Batch workers join gateway clusters and
+    stay; the cluster limits apply to them. No secret is written: passwords and keys stay in
+    0600 files, a JupyterHub token in the server's environment.
     """
-    from hybrid.gateway.server_config import render_gateway_config, render_helm_values
+    from hybrid.gateway_server import CONFIG_FILE
+    from hybrid.gateway_server.helm import render_helm_values
+    from hybrid.gateway_server.settings import SETTINGS_ENV, parse_settings, settings_yaml
 
-    given = {"authenticator": authenticator, "jupyterhub_api_url": jupyterhub_api_url,
-             "images": images or None, "allow_custom_image": allow_custom_image,
-             "preload": preload, "idle_timeout": idle_timeout, "max_lifetime": max_lifetime,
-             "client_timeout": client_timeout}
-    shared = {name: value for name, value in given.items() if value is not None}
-    server_only = {name: value for name, value in (
-        ("password_file", password_file), ("address", address),
-        ("proxy_address", proxy_address), ("tcp_proxy_address", tcp_proxy_address),
-    ) if value is not None}
-    config_text = render_gateway_config(backend=backend, **shared, **server_only)
-    helm_text = render_helm_values(**shared) if helm else None
-    click.echo("# ---- dask_gateway_config.py ----\n" + config_text.rstrip("\n"))
-    if helm_text is not None:
-        click.echo("\n# ---- Helm values for the dask-gateway chart (values.yaml) ----\n"
-                   + helm_text.rstrip("\n"))
+    given = {name: value for name, value in options.items() if value is not None}
+    if images:
+        given["images"] = list(images)
+    settings = parse_settings(given, labels={name: "--" + name.replace("_", "-")
+                                             for name in given})
+    if helm:
+        click.echo(render_helm_values(settings, gateway_image=gateway_image), nl=False)
+        return
+    if gateway_image is not None:
+        raise ConfigurationError("--gateway-image", gateway_image, "nothing without --helm",
+                                 "The gateway image is a Helm value; add --helm.")
+    click.echo(settings_yaml(settings, (
+        "hybrid gateway server settings (hybrid admin gateway-config).\n"
+        f"Run: {SETTINGS_ENV}=THIS_FILE dask-gateway-server -f {CONFIG_FILE}")), nl=False)
 
 
-@click.command()
+@click.command(epilog="""
+\b
+Examples:
+  hybrid doctor --system slurm
+  hybrid doctor --gateway-address https://gateway.example.org \\
+      --proxy-address gateway.example.org:8786 --cluster-name NAME --cert dask.crt
+  hybrid doctor --container-image /shared/images/worker.sif --workers-per-node 4 --json
+""")
 @click.option("--gateway-address", default=None,
               help="The gateway's HTTP address (default: dask config gateway.address).")
 @click.option("--proxy-address", default=None,
@@ -162,7 +209,7 @@ def gateway_config(backend: str, authenticator: str | None, password_file: str |
               help="The cluster's certificate (PEM), also its CA.")
 @click.option("--key", type=click.Path(dir_okay=False), default=None,
               help="The cluster's key (PEM): the TLS check then presents the certificate.")
-@click.option("--system", type=click.Choice(list(SYSTEM_TOOLS)), default=None,
+@click.option("--system", type=click.Choice(sorted(SYSTEMS)), default=None,
               help="The batch system to check.")
 @click.option("--container-image", default=None,
               help="The workers' image (default: hybrid.worker.container.image).")
@@ -174,8 +221,8 @@ def gateway_config(backend: str, authenticator: str | None, password_file: str |
               help="Workers this node would run (free ports needed).")
 @click.option("--warn-days", default=DEFAULT_WARN_DAYS, show_default=True, type=int,
               help="Warn when the certificate expires within this many days.")
-@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=float,
-              help="Seconds each network check waits.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=Duration(),
+              help='How long each network check waits: seconds, or e.g. "10s".')
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @_bad_input_is_usage_error
 def doctor(gateway_address: str | None, proxy_address: str | None, cluster_name: str | None,

@@ -70,6 +70,21 @@ def check_port(value: Any, field: str) -> int:
     return port
 
 
+def check_dynamic_file(value: Any) -> str:
+    """An absolute path on one line: it lands in YAML and in a YAML comment, where a line
+    break of any kind (YAML also reads ``\\r``, U+0085, U+2028, U+2029 as one) would start
+    new YAML."""
+    from hybrid.fields import LINE_BREAKS
+
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value or any(
+            mark in value for mark in LINE_BREAKS):
+        raise ConfigurationError(
+            "--dynamic-file", value, "an absolute path on one line, without NUL bytes (no "
+            "line break of any kind: YAML reads \\r, U+0085, U+2028 and U+2029 as ones)",
+            fix=f"Give the file Traefik's file provider watches, e.g. {DEFAULT_DYNAMIC_FILE}.")
+    return value
+
+
 def check_entry_point(value: Any) -> str:
     """A Traefik entry point name of its own (not a web entry point)."""
     if not isinstance(value, str) or not _ENTRY_POINT.match(value):
@@ -187,9 +202,7 @@ def file_provider_configs(
     listen_port = check_port(port, "--port")
     listen_host = "" if host in (None, "") else check_host(host, "--host")
     entry = check_entry_point(entry_point)
-    if not isinstance(dynamic_file, str) or not dynamic_file.startswith("/") or (
-            "\n" in dynamic_file):
-        raise ConfigurationError("--dynamic-file", dynamic_file, "an absolute path")
+    check_dynamic_file(dynamic_file)
     router = f"{entry}-by-sni"
     address = host_port(listen_host, listen_port) if listen_host else f":{listen_port}"
     static = {

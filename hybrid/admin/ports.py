@@ -19,7 +19,8 @@ from urllib.parse import urlparse
 from hybrid import config
 from hybrid.admin.ingress import DEFAULT_PORT, check_port
 from hybrid.errors import ConfigurationError
-from hybrid.worker import parse_port_range
+from hybrid.fields import PortRange as PortRangeText
+from hybrid.fields import port_range_bounds, validate_value
 
 PortRange = tuple[int, int]
 
@@ -98,7 +99,7 @@ def check_ranges(
         workers_per_node < 1
     ):
         raise ConfigurationError("--workers-per-node", workers_per_node, "an integer >= 1")
-    worker_ports = parse_port_range(worker_range, "hybrid.worker.port-range")
+    worker_ports = _port_range(worker_range, "hybrid.worker.port-range")
     if worker_ports is None:
         raise ConfigurationError(
             "hybrid.worker.port-range", worker_range, 'a range "FIRST:LAST"',
@@ -127,7 +128,7 @@ def check_ranges(
             )
     if not nanny:
         return worker_ports, None
-    nanny_ports = parse_port_range(nanny_range, "hybrid.worker.nanny-port-range")
+    nanny_ports = _port_range(nanny_range, "hybrid.worker.nanny-port-range")
     if nanny_ports is None:
         raise ConfigurationError(
             "hybrid.worker.nanny-port-range", nanny_range, 'a range "FIRST:LAST"',
@@ -240,3 +241,9 @@ def format_plan(plan: PortPlan) -> str:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4]))
                      + "  " + row[4])
     return "\n".join(lines)
+
+
+def _port_range(value: object, field: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    return port_range_bounds(validate_value(PortRangeText, value, field))

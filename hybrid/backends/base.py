@@ -10,7 +10,7 @@ from distributed import Future
 
 from hybrid.annotator import HybridClient
 from hybrid.annotator import gpu_fraction as validated_gpu_fraction
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, cleanup_after
 
 
 class BaseDaskBackend(abc.ABC):
@@ -22,7 +22,7 @@ class BaseDaskBackend(abc.ABC):
 
     def __init__(self, annotate_resources: bool | None = None, gpu_fraction: float | None = None):
         if gpu_fraction is not None:
-            validated_gpu_fraction(gpu_fraction)
+            validated_gpu_fraction(gpu_fraction, f"{type(self).__name__}.gpu_fraction")
         self.annotate_resources = annotate_resources
         self.gpu_fraction = gpu_fraction
         self._client: HybridClient | None = None
@@ -44,8 +44,8 @@ class BaseDaskBackend(abc.ABC):
                 gpu_fraction=self.gpu_fraction,
                 set_as_default=False,
             )
-        except BaseException:
-            self.stop()
+        except BaseException as error:
+            cleanup_after(error, self.stop, "stopping the backend")
             raise
 
     def stop(self) -> None:
@@ -80,5 +80,5 @@ class BaseDaskBackend(abc.ABC):
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        cleanup_after(exc, self.stop, "stopping the backend")

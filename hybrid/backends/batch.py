@@ -3,6 +3,8 @@
 Switching from ``openff.evaluator.backends.dask.DaskSLURMBackend`` is a change of import:
 the arguments keep their names and meaning. ``queue_name=None`` means the batch system's
 default queue (openff-evaluator's default, ``"default"``, names a queue most sites lack).
+Every argument is checked when the backend is made, and :meth:`job_script` shows the job
+before anything is started or submitted.
 """
 
 from __future__ import annotations
@@ -11,12 +13,59 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from hybrid.backends.base import BaseDaskBackend
-from hybrid.errors import ConfigurationError
-from hybrid.resources import QueueWorkerResources
+from hybrid.errors import ConfigurationError, cleanup_after
+from hybrid.fields import Interval, count, validate_value
+from hybrid.pools import PoolSpec
+from hybrid.resources import MAX_WORKERS, QueueWorkerResources
+
+
+def _check_cluster_kwargs(kwargs: dict[str, Any], field: str) -> None:
+    """Refuse what :class:`~hybrid.HybridCluster` does not take, or what the backend sets."""
+    import inspect
+
+    from hybrid.cluster import HybridCluster
+
+    accepted = [name for name in inspect.signature(HybridCluster).parameters
+                if name not in ("annotate_resources", "gpu_fraction")]
+    for key in kwargs:
+        if key not in accepted:
+            raise ConfigurationError(
+                field, key, "keys that are arguments of HybridCluster: "
+                + ", ".join(accepted),
+                "Give annotate_resources and gpu_fraction to the backend itself."
+                if key in ("annotate_resources", "gpu_fraction") else None)
 
 
 class BaseDaskJobQueueBackend(BaseDaskBackend):
-    """One pool of batch workers, fixed (min == max) or adaptive between min and max."""
+    """One pool of batch workers, fixed (min == max) or adaptive between min and max.
+
+    Parameters
+    ----------
+    minimum_number_of_workers, maximum_number_of_workers : int
+        The bounds of the pool; equal bounds keep it at that size.
+    resources_per_worker : QueueWorkerResources
+        Threads, GPUs, memory per thread and wall time of each worker's job.
+    queue_name : str, optional
+        The queue (partition); ``None``: the system's default or ``hybrid.batch.<system>``.
+    setup_script_commands : list of str, optional
+        Shell commands each job runs (by bash) before its worker; the worker's python is
+        then looked up on ``PATH`` (after ``conda activate ...``) unless ``python=`` is given.
+    extra_script_options : list of str, optional
+        Further batch directives, one per item.
+    adaptive_interval : str or float
+        How often the adaptive pool reconsiders its size.
+    disable_nanny_process : bool
+        Run workers without a nanny.
+    annotate_resources : bool, optional
+        Route GPU tasks to GPU workers and the rest to CPU workers.
+    gpu_fraction : float, optional
+        The GPU share one GPU task asks for.
+    cluster_kwargs : dict, optional
+        Arguments of :class:`~hybrid.HybridCluster`.
+    **pool_options
+        Any pool option of :meth:`~hybrid.HybridCluster.add_pool` (``python``,
+        ``container_image``, ``env``...).
+    """
 
     system: ClassVar[str]
 
@@ -37,13 +86,12 @@ class BaseDaskJobQueueBackend(BaseDaskBackend):
     ):
         super().__init__(annotate_resources, gpu_fraction)
         name = type(self).__name__
-        for label, value in (("minimum_number_of_workers", minimum_number_of_workers),
-                             ("maximum_number_of_workers", maximum_number_of_workers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigurationError(f"{name}.{label}", value, "an integer >= 0")
-        if maximum_number_of_workers < 1:
-            raise ConfigurationError(f"{name}.maximum_number_of_workers",
-                                     maximum_number_of_workers, "an integer >= 1")
+        for label, value, least in (("minimum_number_of_workers", minimum_number_of_workers, 0),
+                                    ("maximum_number_of_workers", maximum_number_of_workers, 1)):
+            validate_value(count(least, MAX_WORKERS), value,
+                           f"{name}.{label}")
+        adaptive_interval = validate_value(Interval, adaptive_interval,
+                                           f"{name}.adaptive_interval")
         if minimum_number_of_workers > maximum_number_of_workers:
             raise ConfigurationError(f"{name}.minimum_number_of_workers",
                                      minimum_number_of_workers,
@@ -53,26 +101,33 @@ class BaseDaskJobQueueBackend(BaseDaskBackend):
         if not isinstance(resources, QueueWorkerResources):
             raise ConfigurationError(f"{name}.resources_per_worker", resources,
                                      "a hybrid.resources.QueueWorkerResources")
-        for label, value in (("setup_script_commands", setup_script_commands),
-                             ("extra_script_options", extra_script_options)):
-            if value is not None and (isinstance(value, str) or not all(
-                    isinstance(v, str) for v in value)):
-                raise ConfigurationError(f"{name}.{label}", value, "a list of strings")
+        if cluster_kwargs is not None and not isinstance(cluster_kwargs, dict):
+            raise ConfigurationError(f"{name}.cluster_kwargs", cluster_kwargs,
+                                     "a dict of HybridCluster arguments")
+        _check_cluster_kwargs(cluster_kwargs or {}, f"{name}.cluster_kwargs")
         self.minimum_number_of_workers = minimum_number_of_workers
         self.maximum_number_of_workers = maximum_number_of_workers
         self.resources_per_worker = resources
-        self.queue_name = queue_name
-        self.setup_script_commands = list(setup_script_commands or [])
-        self.extra_script_options = list(extra_script_options or [])
         self.adaptive_interval = adaptive_interval
-        self.disable_nanny_process = disable_nanny_process
         self.cluster_kwargs = dict(cluster_kwargs or {})
-        self.pool_options = pool_options
+        pool = "gpu" if resources.is_gpu else "cpu"
+        options = {"queue": queue_name, "job_script_prologue": setup_script_commands,
+                   "job_extra_directives": extra_script_options,
+                   "nanny": False if disable_nanny_process else None,
+                   "serves_unannotated": True, **pool_options}
+        labels = {"queue": f"{name}.queue_name",
+                  "job_script_prologue": f"{name}.setup_script_commands",
+                  "job_extra_directives": f"{name}.extra_script_options",
+                  "nanny": f"{name}.disable_nanny_process",
+                  "resources": f"{name}.resources_per_worker"}
+        #: The pool, validated now: nothing is started before :meth:`start`.
+        self.pool_spec = PoolSpec.build(pool, self.system, resources, prefix=f"{name}.",
+                                        labels=labels, **options)
 
     @property
     def pool_name(self) -> str:
         """``"gpu"`` for GPU workers, else ``"cpu"``."""
-        return "gpu" if self.resources_per_worker.is_gpu else "cpu"
+        return self.pool_spec.name
 
     def _start_cluster(self):
         from hybrid.cluster import HybridCluster
@@ -80,27 +135,29 @@ class BaseDaskJobQueueBackend(BaseDaskBackend):
         cluster = HybridCluster(annotate_resources=self.annotate_resources,
                                 gpu_fraction=self.gpu_fraction, **self.cluster_kwargs)
         try:
-            cluster.add_pool(
-                self.pool_name, self.system, self.resources_per_worker, queue=self.queue_name,
-                job_extra_directives=self.extra_script_options,
-                job_script_prologue=self.setup_script_commands,
-                nanny=not self.disable_nanny_process, serves_unannotated=True,
-                **self.pool_options,
-            )
+            cluster.add_spec(self.pool_spec)
             if self.minimum_number_of_workers == self.maximum_number_of_workers:
                 cluster.scale(self.maximum_number_of_workers)
             else:
                 cluster.adapt(minimum=self.minimum_number_of_workers,
                               maximum=self.maximum_number_of_workers,
                               interval=self.adaptive_interval)
-        except BaseException:
-            cluster.close()
+        except BaseException as error:
+            cleanup_after(error, cluster.close, "closing the cluster")
             raise
         return cluster
 
     def job_script(self) -> str:
-        """The job script the backend submits (needs a started backend)."""
-        return self.cluster.pool(self.pool_name).job_script()
+        """The job script the backend submits (before or after :meth:`start`)."""
+        if self.cluster is not None:
+            return self.cluster.job_script(self.pool_name)
+        from hybrid.batch import Staging, WorkerJob, get_system
+        from hybrid.worker import Connection
+
+        spec = self.pool_spec
+        job = WorkerJob("not-started", spec, Connection("tcp://scheduler.not-started:8786"))
+        system = get_system(spec.system, **spec.system_options)
+        return system.job_script(job, Staging.would_be(job))
 
 
 class DaskHTCondorBackend(BaseDaskJobQueueBackend):

@@ -1,13 +1,18 @@
 """Kubernetes backends in the style of openff-evaluator's: GPU and CPU worker pods.
 
 :class:`DaskKubernetesBackend` starts a :class:`~hybrid.cluster.HybridCluster` with two pools
-of worker pods, ``gpu`` and ``cpu``, each scaling on its own between its
-:class:`~hybrid.resources.PodResources` minimum and maximum. With ``annotate_resources`` GPU
-tasks run only on GPU pods and every other task only on CPU pods. Leaving the ``with`` block
-removes every pod, and the cluster's TLS Secret.
+of worker pods, ``gpu`` and ``cpu``, on one :class:`~hybrid.kubernetes.KubernetesPods`
+system; each pool scales on its own between its :class:`~hybrid.resources.PodResources`
+minimum and maximum, and gets its group's affinity, tolerations and ephemeral storage. With
+``annotate_resources`` GPU tasks run only on GPU pods and every other task only on CPU pods.
+On start the cluster's Secret records the scheduler's address, so that
+:class:`DaskKubernetesExistingBackend` (another process, the same ``cluster_name`` and
+``namespace``) finds it even while no pod runs. Leaving the ``with`` block removes every pod
+and that Secret.
 
-:class:`DaskKubernetesExistingBackend` connects to a cluster that already runs, found by its
-scheduler address or by its worker pods' labels, and leaves it running.
+This module offers every name of openff-evaluator's ``dask_kubernetes`` module that users
+import: the backends, the volumes and secrets, ``AccessMode``, ``PodResources``,
+``ComputeResources`` (with ``ComputeResources.GPUToolkit``) and ``unit``.
 """
 
 from __future__ import annotations
@@ -18,16 +23,61 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, StrictBool
+
 from hybrid.backends.base import BaseDaskBackend
-from hybrid.errors import ConfigurationError, HybridError
-from hybrid.kubernetes.pods import DEFAULT_IMAGE, LABEL_CLUSTER, KubernetesPods
-from hybrid.kubernetes.volumes import KubernetesSecret, KubernetesVolume
-from hybrid.resources import GPUToolkit, PodResources
-from hybrid.worker import check_name
+from hybrid.backends.batch import BaseDaskJobQueueBackend
+from hybrid.batch import JobState
+from hybrid.errors import ConfigurationError, HybridError, attach_note
+from hybrid.fields import Address, Interval, Name, count, validate, validate_value
+from hybrid.kubernetes.pods import (
+    DEFAULT_IMAGE,
+    LABEL_CLUSTER,
+    LABEL_TAG,
+    KubernetesPods,
+    KubernetesSettings,
+    pod_tag,
+)
+from hybrid.kubernetes.pvc import AccessMode
+from hybrid.kubernetes.volumes import (
+    BaseKubernetesVolume,
+    KubernetesEmptyDirVolume,
+    KubernetesPersistentVolumeClaim,
+    KubernetesSecret,
+    KubernetesVolume,
+)
+from hybrid.resources import (
+    ComputeResources,
+    GPUPrecision,
+    GPUToolkit,
+    PodResources,
+    QueueWorkerResources,
+)
+from hybrid.units import unit
+from hybrid.worker import Connection, TLSFiles
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DaskKubernetesBackend", "DaskKubernetesExistingBackend"]
+__all__ = [
+    "DEFAULT_IMAGE",
+    "AccessMode",
+    "BaseDaskBackend",
+    "BaseDaskJobQueueBackend",
+    "BaseDaskKubernetesBackend",
+    "BaseKubernetesVolume",
+    "ComputeResources",
+    "DaskKubernetesBackend",
+    "DaskKubernetesExistingBackend",
+    "GPUPrecision",
+    "GPUToolkit",
+    "KubernetesEmptyDirVolume",
+    "KubernetesPersistentVolumeClaim",
+    "KubernetesSecret",
+    "KubernetesVolume",
+    "PodResources",
+    "QueueWorkerResources",
+    "unit",
+]
 
 #: The GPU group when none is given: up to 10 pods of one CUDA GPU each.
 DEFAULT_GPU_RESOURCES = PodResources(minimum_number_of_workers=0, maximum_number_of_workers=10,
@@ -35,209 +85,297 @@ DEFAULT_GPU_RESOURCES = PodResources(minimum_number_of_workers=0, maximum_number
 #: The CPU group when none is given: up to 40 single-thread pods.
 DEFAULT_CPU_RESOURCES = PodResources(minimum_number_of_workers=0, maximum_number_of_workers=40)
 
+#: ``cluster_kwargs`` that go to :class:`~hybrid.cluster.HybridCluster`.
 _CLUSTER_KEYS = ("security", "host", "worker_scheduler_address", "scheduler_sni",
                  "dashboard_address")
-_POOL_KEYS = ("nanny", "death_timeout", "worker_extra_args", "python", "lease", "processes")
-_OWN_KEYS = ("resource_timeout", "adapt_interval", "adapt_wait_count")
+#: ``cluster_kwargs`` that are not pool options: the resources and the system give those.
+_NOT_POOL_KEYS = ("cores", "gpus", "memory", "env", "system_options")
+#: Where the manifests shown before start say the scheduler is.
+PLACEHOLDER_ADDRESS = "scheduler:8786"
 
 
-def _timeout(value: Any, field: str) -> float | None:
-    from dask.utils import parse_timedelta
+class _StartOptions(BaseModel):
+    """The backend's own ``cluster_kwargs``."""
 
-    if value is None:
-        return None
-    try:
-        seconds = parse_timedelta(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError, KeyError):
-        seconds = None
-    if seconds is None or seconds <= 0:
-        raise ConfigurationError(field, value, 'a duration > 0 (seconds or "5 minutes"), or None')
-    return float(seconds)
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    #: Seconds to wait on start for each group's minimum of workers (None: do not wait).
+    resource_timeout: Interval | None = 300.0
+    adapt_interval: Interval = 2.0
+    adapt_wait_count: count(1, 1000) = 3
 
 
-class DaskKubernetesBackend(BaseDaskBackend):
-    """GPU and CPU worker pods on Kubernetes, each group scaling between its own bounds.
+class BaseDaskKubernetesBackend(BaseDaskBackend):
+    """What both Kubernetes backends take: the groups of pods and what every pod gets.
 
-    ``gpu_resources_per_worker`` (GPUs > 0) and ``cpu_resources_per_worker`` (no GPUs) are
-    :class:`~hybrid.resources.PodResources`; either may be ``None`` to leave that group out.
-    ``volumes`` (claims, scratch directories) and ``secrets`` are mounted into every pod;
-    ``env`` is set in every pod. ``cluster_kwargs`` takes ``resource_timeout`` (seconds to
-    wait for each group's minimum of workers on start; ``None`` does not wait),
-    ``adapt_interval``, the :class:`~hybrid.cluster.HybridCluster` arguments ``security``,
-    ``host``, ``worker_scheduler_address``, ``scheduler_sni``, ``dashboard_address``, and
-    the pool options ``nanny``, ``death_timeout``, ``worker_extra_args``, ``python``,
-    ``lease``, ``processes``.
-
-    Every argument is checked on construction; the Kubernetes API is first contacted by
-    :meth:`start`. The pods must reach the scheduler: run this inside the cluster (a
-    notebook pod) or give ``cluster_kwargs={"host": "0.0.0.0",
-    "worker_scheduler_address": "tcp://<address pods can reach>:<port>"}``.
+    Parameters
+    ----------
+    gpu_resources_per_worker, cpu_resources_per_worker : PodResources or None
+        The GPU group (GPUs > 0) and the CPU group (no GPUs); either may be ``None``.
+    cluster_name : str
+        Names the cluster: its pods' label ``hybrid/cluster`` and its workers' names.
+    disable_nanny_process : bool
+        Run the workers without a nanny.
+    image, namespace, env, volumes, secrets
+        The pods' image, namespace, environment, volumes (claims, scratch directories) and
+        secrets; ``None`` takes ``hybrid.batch.kubernetes``.
+    annotate_resources : bool or None
+        GPU tasks only on GPU pods, the rest only on CPU pods (default
+        ``hybrid.annotator.enabled``).
+    cluster_kwargs : dict
+        ``resource_timeout`` (seconds to wait on start for each group's minimum of workers;
+        ``None`` does not wait), ``adapt_interval``, ``adapt_wait_count``, the
+        :class:`~hybrid.cluster.HybridCluster` arguments ``security``, ``host``,
+        ``worker_scheduler_address``, ``scheduler_sni``, ``dashboard_address``, and pool
+        options (``nanny``, ``death_timeout``, ``worker_extra_args``, ``python``, ``lease``,
+        ``processes``...).
+    labels, node_selector, service_account, image_pull_policy, image_pull_secrets
+        Further settings of every pod (:class:`~hybrid.kubernetes.KubernetesSettings`).
+    gpu_fraction : float, optional
+        The GPU share one GPU task asks for.
+    api_client, kube_config, kube_context
+        How the Kubernetes API is reached (default: the in-cluster service account, else
+        ``$KUBECONFIG`` or ``~/.kube/config``).
     """
 
     def __init__(
         self,
-        cluster_name: str = "hybrid-kubernetes",
         gpu_resources_per_worker: PodResources | None = DEFAULT_GPU_RESOURCES,
         cpu_resources_per_worker: PodResources | None = DEFAULT_CPU_RESOURCES,
-        image: str = DEFAULT_IMAGE,
-        namespace: str = "default",
+        cluster_name: str = "hybrid-kubernetes",
+        *,
+        disable_nanny_process: bool = False,
+        image: str | None = None,
+        namespace: str | None = None,
         env: Mapping[str, str] | None = None,
         volumes: Sequence[KubernetesVolume] | None = None,
         secrets: Sequence[KubernetesSecret] | None = None,
         annotate_resources: bool | None = None,
         cluster_kwargs: Mapping[str, Any] | None = None,
-        *,
         labels: Mapping[str, str] | None = None,
+        node_selector: Mapping[str, str] | None = None,
         service_account: str | None = None,
         image_pull_policy: str | None = None,
-        image_pull_secrets: Sequence[str] = (),
+        image_pull_secrets: Sequence[str] | None = None,
         gpu_fraction: float | None = None,
         api_client: Any = None,
         kube_config: str | Path | None = None,
         kube_context: str | None = None,
     ):
+        from hybrid.batch import configured_settings
+        from hybrid.pools import POOL_OPTIONS, PoolSpec
+
         super().__init__(annotate_resources, gpu_fraction)
-        self.cluster_name = check_name(cluster_name, "cluster_name")
-        self.namespace = namespace
-        groups: dict[str, PodResources] = {}
-        for group, resources, wants_gpus in (("gpu", gpu_resources_per_worker, True),
-                                             ("cpu", cpu_resources_per_worker, False)):
-            if resources is None:
-                continue
-            field = f"{group}_resources_per_worker"
-            if not isinstance(resources, PodResources):
-                raise ConfigurationError(field, resources, "a hybrid.resources.PodResources")
-            if wants_gpus and not resources.is_gpu:
-                raise ConfigurationError(f"{field}.number_of_gpus", resources.number_of_gpus,
-                                         "at least 1 for the GPU group (or pass None for no "
-                                         "GPU group)")
-            if not wants_gpus and resources.is_gpu:
-                raise ConfigurationError(f"{field}.number_of_gpus", resources.number_of_gpus,
-                                         "0 for the CPU group")
-            groups[group] = copy.deepcopy(resources)
-        if not groups:
-            raise ConfigurationError("gpu_resources_per_worker", None,
-                                     "PodResources for the GPU group, the CPU group or both")
-        self.resources = groups
+        self.cluster_name = validate_value(Name, cluster_name, "cluster_name")
+        self.resources = _groups(gpu_resources_per_worker, cpu_resources_per_worker)
         if not isinstance(cluster_kwargs or {}, Mapping):
-            raise ConfigurationError("cluster_kwargs", cluster_kwargs, "a mapping")
+            raise ConfigurationError("cluster_kwargs", cluster_kwargs,
+                                     "a mapping of options, e.g. {'resource_timeout': 300}")
         options = dict(cluster_kwargs or {})
-        unknown = sorted(set(options) - set(_CLUSTER_KEYS + _POOL_KEYS + _OWN_KEYS))
+        own = tuple(_StartOptions.model_fields)
+        pool_keys = tuple(k for k in POOL_OPTIONS if k not in _NOT_POOL_KEYS)
+        unknown = sorted(set(options) - {*own, *_CLUSTER_KEYS, *pool_keys})
         if unknown:
             raise ConfigurationError("cluster_kwargs", unknown,
-                                     "keys among " + ", ".join(_OWN_KEYS + _CLUSTER_KEYS
-                                                               + _POOL_KEYS))
-        self.resource_timeout = _timeout(options.pop("resource_timeout", 300),
-                                         "cluster_kwargs['resource_timeout']")
-        self.adapt_interval = options.pop("adapt_interval", "2s")
-        _timeout(self.adapt_interval, "cluster_kwargs['adapt_interval']")
-        self.adapt_wait_count = options.pop("adapt_wait_count", 3)
+                                     "keys among " + ", ".join((*own, *_CLUSTER_KEYS,
+                                                               *pool_keys)))
+        names = {k: f"cluster_kwargs[{k!r}]" for k in options}
+        self.start_options = validate(_StartOptions, {k: options[k] for k in own if k in options},
+                                      labels=names)
         self.cluster_options = {k: options[k] for k in _CLUSTER_KEYS if k in options}
-        self.pool_options = {k: options[k] for k in _POOL_KEYS if k in options}
-        self.systems: dict[str, KubernetesPods] = {
-            group: KubernetesPods(
-                image=image, namespace=namespace, env=env, volumes=list(volumes or ()),
-                secrets=list(secrets or ()), pod_resources=resources, labels=labels,
-                service_account=service_account, image_pull_policy=image_pull_policy,
-                image_pull_secrets=image_pull_secrets, api_client=api_client,
-                kube_config=kube_config, kube_context=kube_context,
-            )
-            for group, resources in groups.items()
-        }
-        self._cluster_started = False
+        self.pool_options = {k: options[k] for k in pool_keys if k in options}
+        if validate_value(StrictBool, disable_nanny_process, "disable_nanny_process"):
+            self.pool_options.setdefault("nanny", False)
+        given = {"image": image, "namespace": namespace, "env": env, "volumes": volumes,
+                 "secrets": secrets, "labels": labels, "node_selector": node_selector,
+                 "service_account": service_account, "image_pull_policy": image_pull_policy,
+                 "image_pull_secrets": image_pull_secrets, "kube_config": kube_config,
+                 "kube_context": kube_context}
+        given = {k: v for k, v in given.items() if v is not None}
+        configured = configured_settings(KubernetesPods)
+        settings = {**configured, **given}
+        validate(KubernetesSettings, settings, labels={
+            k: f"hybrid.batch.kubernetes.{k.replace('_', '-')}" for k in configured
+            if k not in given})
+        self.system = KubernetesPods(api_client=api_client, **settings)
+        # Every pool option is checked now, before anything is started or contacted.
+        self.specs = {group: PoolSpec.build(group, self.system, resources, prefix="",
+                                            labels=names, **self._pool_options(group))
+                      for group, resources in self.resources.items()}
+
+    @property
+    def namespace(self) -> str:
+        """The pods' namespace."""
+        return self.system.settings.namespace
+
+    def _pool_options(self, group: str) -> dict[str, Any]:
+        options = dict(self.pool_options)
+        if group == "gpu" and "cpu" not in self.resources:
+            options.setdefault("serves_unannotated", True)  # no CPU pod would take CPU tasks
+        return options
+
+    def _placeholder(self) -> Connection:
+        """How the workers reach a scheduler that has not started yet (for showing pods)."""
+        tls = self.cluster_options.get("security") not in (None, False) and getattr(
+            self.cluster_options.get("security"), "require_encryption", True)
+        address = self.cluster_options.get("worker_scheduler_address") or (
+            f"{'tls' if tls else 'tcp'}://{PLACEHOLDER_ADDRESS}")
+        files = TLSFiles("ca.pem", "cert.pem", "key.pem") if address.startswith("tls://") \
+            else None
+        return Connection(address, files, self.cluster_options.get("scheduler_sni"))
+
+    def manifests(self, count: int = 1) -> dict[str, list[dict[str, Any]]]:
+        """Each group's pods as objects, as a submission would create them (nothing is
+        contacted); before :meth:`start` the scheduler's address is a placeholder."""
+        from hybrid.batch import WorkerJob
+
+        connection = self._connection()
+        return {group: self.system.manifests(WorkerJob(self.cluster_name, spec, connection),
+                                             count)
+                for group, spec in self.specs.items()}
+
+    def _connection(self) -> Connection:
+        """The started cluster's connection, else :meth:`_placeholder`."""
+        manager = getattr(self.cluster, "manager", None)
+        return manager.connection if manager is not None else self._placeholder()
+
+    def job_script(self, count: int = 1) -> str:
+        """Each group's pod manifests as YAML, for reading (works before :meth:`start`)."""
+        from hybrid.batch import WorkerJob
+
+        connection = self._connection()
+        texts = []
+        if connection.scheduler_address.endswith(f"//{PLACEHOLDER_ADDRESS}"):
+            texts.append(f"# Not started: the scheduler's address, shown as "
+                         f"{connection.scheduler_address}, is known once the backend starts.\n")
+        for group, spec in self.specs.items():
+            job = WorkerJob(self.cluster_name, spec, connection)
+            texts.append(f"# --- pool {group} ---\n"
+                         + self.system.job_script(job, Path("."), count))
+        return "".join(texts)
+
+    def pods(self) -> dict[str, list[str]]:
+        """Names of the cluster's live pods per group, as the Kubernetes API lists them."""
+        statuses = [s for s in self.system.query(cluster=self.cluster_name)
+                    if s.state.active and s.state is not JobState.removing]
+        return {group: [s.job_id for s in statuses if s.pool == group]
+                for group in self.resources}
+
+
+class DaskKubernetesBackend(BaseDaskKubernetesBackend):
+    """GPU and CPU worker pods on Kubernetes, each group scaling between its own bounds.
+
+    Takes the arguments of :class:`BaseDaskKubernetesBackend`. Every argument is checked on
+    construction; the Kubernetes API is first contacted by :meth:`start`, which fails at once,
+    with the fix, when no configuration reaches the API. The pods must reach the scheduler:
+    run this inside the cluster (a notebook pod) or give ``cluster_kwargs={"host":
+    "0.0.0.0", "worker_scheduler_address": "tcp://<address pods can reach>:<port>"}``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._recorded = False
 
     def _start_cluster(self) -> Any:
         from hybrid.cluster import HybridCluster
 
+        self.system.connect()  # no configuration: one clear error, and nothing to undo
         cluster = HybridCluster(name=self.cluster_name, annotate_resources=self.annotate_resources,
                                 gpu_fraction=self.gpu_fraction, **self.cluster_options)
-        self._cluster_started = True
+        options = self.start_options
         try:
+            self._recorded = True
+            self.system.ensure_cluster_secret(cluster.name, cluster.manager.connection)
             for group, resources in self.resources.items():
-                cluster.add_pool(group, self.systems[group], resources, **self.pool_options)
+                cluster.add_pool(group, self.system, resources, **self._pool_options(group))
+            for group, resources in self.resources.items():
                 if resources.minimum_number_of_workers:
                     cluster.scale(resources.minimum_number_of_workers, pool=group)
                 cluster.adapt(pool=group, minimum=resources.minimum_number_of_workers,
                               maximum=resources.maximum_number_of_workers,
-                              interval=self.adapt_interval, wait_count=self.adapt_wait_count)
-            if self.resource_timeout is not None:
+                              interval=options.adapt_interval,
+                              wait_count=options.adapt_wait_count)
+            if options.resource_timeout is not None:
                 for group, resources in self.resources.items():
                     if resources.minimum_number_of_workers:
                         cluster.wait_for_workers(resources.minimum_number_of_workers,
-                                                 pool=group, timeout=self.resource_timeout,
+                                                 pool=group, timeout=options.resource_timeout,
                                                  progress=False)
-        except BaseException:
-            try:
-                cluster.close()
-            finally:
-                self._cleanup_kubernetes()
+        except BaseException as error:
+            self._close(cluster, error)
             raise
         return cluster
 
-    def _cleanup_kubernetes(self) -> None:
-        """Delete what closing the pools leaves: finished pods and the TLS Secret."""
-        if not self._cluster_started:
-            return
-        self._cluster_started = False
-        errors = []
-        for system in self.systems.values():
+    def _close(self, cluster: Any, error: BaseException | None) -> None:
+        """Close the cluster (every pod removed), then delete the cluster's Secret.
+
+        A cleanup failure is attached to ``error`` when there is one, else raised.
+        """
+        problems: list[Exception] = []
+        try:
+            cluster.close()
+        except Exception as problem:
+            problems.append(problem)
+        if self._recorded:
+            self._recorded = False
             try:
-                system.remove_cluster(self.cluster_name)
-            except Exception as error:
-                errors.append(str(error))
-        if errors:
-            raise HybridError("removing the cluster's pods left work behind: "
-                              + "; ".join(errors))
+                self.system.cluster_closed(self.cluster_name)
+            except Exception as problem:
+                problems.append(problem)
+        if not problems:
+            return
+        if error is None:
+            error = problems.pop(0)
+            for problem in problems:
+                attach_note(error, f"also: {problem}")
+            raise error
+        for problem in problems:
+            attach_note(error, f"while cleaning up after this error: {problem}")
 
     def stop(self) -> None:
-        """Close the client and the cluster (every pod removed), then delete the leftovers."""
+        """Close the client and the cluster: every pod removed, the cluster's Secret
+        deleted. Safe to call more than once."""
+        client, self._client = self._client, None
+        cluster, self._cluster = self._cluster, None
         try:
-            super().stop()
+            if client is not None:
+                client.close()
         finally:
-            self._cleanup_kubernetes()
-
-    def pods(self) -> dict[str, list[str]]:
-        """Names of the cluster's live pods per group, as the Kubernetes API lists them."""
-        return {group: [s.job_id for s in system.query(cluster=self.cluster_name)
-                        if s.state.active and s.pool == group]
-                for group, system in self.systems.items()}
+            if cluster is not None:
+                self._close(cluster, None)
 
 
-class DaskKubernetesExistingBackend(DaskKubernetesBackend):
+class DaskKubernetesExistingBackend(BaseDaskKubernetesBackend):
     """Connect to a Kubernetes cluster that already runs, and leave it running on exit.
 
-    The scheduler is ``scheduler_address`` if given; otherwise the address that the live
-    worker pods labelled ``hybrid/cluster=<cluster_name>`` in ``namespace`` were started for.
-    The resources describe the workers that are there (GPU tasks still go to GPU workers);
-    nothing is submitted or removed: scaling stays with the backend that started the
-    cluster. :attr:`cluster` is the scheduler address.
+    The scheduler is ``scheduler_address`` if given; otherwise the address recorded by the
+    :class:`DaskKubernetesBackend` that started the cluster ``cluster_name`` in
+    ``namespace`` (its Secret, or its live worker pods). The resources describe the workers
+    that are there (GPU tasks still go to GPU workers); nothing is submitted or removed:
+    scaling stays with the backend that started the cluster. :attr:`cluster` is the
+    scheduler's address.
     """
 
     def __init__(self, *args: Any, scheduler_address: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if scheduler_address is not None and (not isinstance(scheduler_address, str)
-                                              or "://" not in scheduler_address):
-            raise ConfigurationError("scheduler_address", scheduler_address,
-                                     "an address like tcp://scheduler:8786, or None to find it "
-                                     "from the worker pods' labels")
-        self.scheduler_address = scheduler_address
+        self.scheduler_address = None if scheduler_address is None else validate_value(
+            Address, scheduler_address, "scheduler_address")
 
     def find_scheduler_address(self) -> str:
-        """The scheduler address the cluster's live worker pods name (one, or an error)."""
-        addresses: list[str] = []
-        for system in self.systems.values():
-            for address in system.scheduler_addresses(self.cluster_name):
-                if address not in addresses:
-                    addresses.append(address)
+        """The scheduler address the cluster recorded (one, or an error saying what to do)."""
+        self.system.connect()
+        addresses = self.system.scheduler_addresses(self.cluster_name)
+        selector = f"{LABEL_TAG}={pod_tag()},{LABEL_CLUSTER}={self.cluster_name}"
         if not addresses:
             raise HybridError(
-                f"no live worker pod labelled {LABEL_CLUSTER}={self.cluster_name} in namespace "
-                f"{self.namespace!r} names its scheduler: start the cluster first, or give "
+                f"no cluster {self.cluster_name!r} runs in namespace {self.namespace!r}: "
+                f"nothing labelled {selector} names its scheduler. Start it first (a "
+                "DaskKubernetesBackend with the same cluster_name and namespace), or give "
                 "scheduler_address=...")
         if len(addresses) > 1:
             raise HybridError(
-                f"the worker pods of cluster {self.cluster_name!r} name several schedulers "
-                f"({', '.join(addresses)}): give scheduler_address=... to choose one")
+                f"cluster {self.cluster_name!r} in namespace {self.namespace!r} names several "
+                f"schedulers ({', '.join(addresses)}): give scheduler_address=... to choose")
         return addresses[0]
 
     def _start_cluster(self) -> str:
@@ -245,11 +383,7 @@ class DaskKubernetesExistingBackend(DaskKubernetesBackend):
         return self.scheduler_address or self.find_scheduler_address()
 
     def start(self) -> None:
-        """Connect a :class:`~hybrid.annotator.HybridClient` to the running scheduler.
-
-        No second cluster manager is attached: ``distributed`` lets one manager at a time
-        follow a scheduler's workers, and that is the one that started the cluster.
-        """
+        """Connect a :class:`~hybrid.annotator.HybridClient` to the running scheduler."""
         from hybrid.annotator import HybridClient
 
         if self._client is not None:
@@ -264,3 +398,26 @@ class DaskKubernetesExistingBackend(DaskKubernetesBackend):
     def stop(self) -> None:
         """Close the client only: the cluster and its pods keep running."""
         BaseDaskBackend.stop(self)
+
+
+def _groups(gpu: Any, cpu: Any) -> dict[str, PodResources]:
+    """The groups, checked: the GPU group has GPUs, the CPU group none (copies)."""
+    groups: dict[str, PodResources] = {}
+    for group, resources, wants_gpus in (("gpu", gpu, True), ("cpu", cpu, False)):
+        if resources is None:
+            continue
+        field = f"{group}_resources_per_worker"
+        if not isinstance(resources, PodResources):
+            raise ConfigurationError(field, resources, "a hybrid.resources.PodResources")
+        if wants_gpus and not resources.is_gpu:
+            raise ConfigurationError(f"{field}.number_of_gpus", resources.number_of_gpus,
+                                     "at least 1 for the GPU group (or pass None for no GPU "
+                                     "group)")
+        if not wants_gpus and resources.is_gpu:
+            raise ConfigurationError(f"{field}.number_of_gpus", resources.number_of_gpus,
+                                     "0 for the CPU group")
+        groups[group] = copy.deepcopy(resources)
+    if not groups:
+        raise ConfigurationError("gpu_resources_per_worker", None,
+                                 "PodResources for the GPU group, the CPU group or both")
+    return groups

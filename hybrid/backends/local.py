@@ -6,15 +6,15 @@ import logging
 import os
 import shutil
 import subprocess
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from distributed import Nanny, Scheduler, SpecCluster
+from distributed import Scheduler, SpecCluster
+from distributed.deploy.subprocess import SubprocessWorker
 
 from hybrid.annotator import worker_resources
 from hybrid.backends.base import BaseDaskBackend
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, warn_user
 from hybrid.resources import ComputeResources
 
 
@@ -39,6 +39,25 @@ def detect_gpus() -> list[str]:
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
+class LocalWorkerProcess(SubprocessWorker):
+    """distributed's ``SubprocessWorker`` whose process logs at ``logging_level`` (its
+    console messages go to this process's stderr)."""
+
+    def __init__(self, scheduler: str, *, logging_level: str = "warning", **kwargs: Any):
+        super().__init__(scheduler, **kwargs)
+        self.logging_level = logging_level
+
+    async def _start(self) -> None:
+        import asyncio
+        import json
+        import sys
+
+        env = {**os.environ, "DASK_LOGGING__DISTRIBUTED": self.logging_level}
+        spec = json.dumps({"cls": self.worker_class, "opts": dict(self.worker_kwargs)})
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "dask", "spec", self.scheduler, "--spec", spec, env=env)
+
+
 def local_worker_specs(
     pool: str, count: int, resources: ComputeResources, devices: list[str] | None = None,
     serves_cpu_tasks: bool = False,
@@ -53,19 +72,17 @@ def local_worker_specs(
     if gpus and count:
         devices = detect_gpus() if devices is None else devices
         if not devices:
-            warnings.warn(
+            warn_user(
                 f"pool {pool!r}: no GPU device was found (no nvidia-smi, or CUDA_VISIBLE_DEVICES "
                 "is empty); its workers advertise the GPU resource for routing, but tasks run "
                 "on the CPU",
                 NoGPUWarning,
-                stacklevel=3,
             )
         elif len(devices) < gpus * count:
-            warnings.warn(
+            warn_user(
                 f"pool {pool!r} asks for {gpus * count} GPUs but {len(devices)} are visible: "
                 "workers will share devices",
                 NoGPUWarning,
-                stacklevel=3,
             )
     for i in range(count):
         env: dict[str, str] = {}
@@ -75,14 +92,21 @@ def local_worker_specs(
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
             else:
                 env["CUDA_VISIBLE_DEVICES"] = ""
+        # A subprocess of its own (``python -m dask spec``), not a multiprocessing child of
+        # this process: a script without ``if __name__ == "__main__":`` (openff-evaluator's
+        # examples) is never imported again by a worker's start.
         specs[f"{pool}-{i}"] = {
-            "cls": Nanny,
+            "cls": LocalWorkerProcess,
             "options": {
-                "nthreads": resources.number_of_threads,
-                "resources": worker_resources(gpus, resources.number_of_threads,
-                                              serves_cpu_tasks),
-                "env": env,
+                "worker_class": "distributed.Nanny",
                 "name": f"{pool}-{i}",
+                "worker_kwargs": {
+                    "nthreads": resources.number_of_threads,
+                    "resources": worker_resources(gpus, resources.number_of_threads,
+                                                  serves_cpu_tasks),
+                    "env": env,
+                    "name": f"{pool}-{i}",
+                },
             },
         }
     return specs
@@ -164,7 +188,8 @@ class DaskLocalCluster(BaseDaskBackend):
             pool_devices = devices[offset:] if devices else devices
             pool_specs = local_worker_specs(name, count, resources, pool_devices, only_gpu)
             for spec in pool_specs.values():
-                spec["options"]["silence_logs"] = self.silence_logs
+                spec["options"]["worker_kwargs"]["silence_logs"] = self.silence_logs
+                spec["options"]["logging_level"] = logging.getLevelName(self.silence_logs)
             specs.update(pool_specs)
             if resources.is_gpu and devices:
                 offset += count * resources.number_of_gpus

@@ -1,36 +1,41 @@
-"""The shared batch layer: a job described as data, a batch system interface, a tracked pool.
+"""The batch system contract, the job a system renders, and what every system shares.
 
-One module per batch system implements :class:`BatchSystem`; :class:`BatchPool` is what the
-rest of hybrid uses: it stages the job files, renders the script (``job_script()``), submits
-n workers in one transaction, reconciles their states by polling, removes exactly the jobs
-asked for, and on :meth:`BatchPool.close` removes every job and checks none is left.
+One module per system implements :class:`BatchSystem`: it renders its own files, submits n
+workers in ONE transaction, queries and removes exactly our jobs, checks its own tools (for
+``hybrid doctor``) and has its own configuration section ``hybrid.batch.<name>`` (its
+:class:`BatchSystem.Settings`). Slurm, PBS and LSF share the command-line skeleton of
+:class:`CommandLineSystem`. Tracking jobs over time is the pool manager's
+(:mod:`hybrid.manager`); a system object holds no job state of its own (but the local one,
+whose "batch system" is this process).
 """
 
 from __future__ import annotations
 
 import abc
-import logging
+import json
 import os
 import re
 import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from hybrid import config
-from hybrid.errors import BatchError, ConfigurationError
-from hybrid.templates import render
-from hybrid.units import parse_walltime
-from hybrid.worker import TLSFiles, WorkerOptions, check_name
+from hybrid.errors import BatchError, ConfigurationError, ToolMissing
+from hybrid.fields import validate
+from hybrid.worker import Connection, TLSFiles, read_pem, worker_command
 
-logger = logging.getLogger(__name__)
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+if TYPE_CHECKING:
+    from hybrid.admin.doctor import CheckResult
+    from hybrid.pools import PoolSpec
 
 
 class JobState(str, Enum):
@@ -39,14 +44,16 @@ class JobState(str, Enum):
     pending = "pending"
     running = "running"
     held = "held"
+    #: Asked to go, still in the queue (its processes may still be stopping).
+    removing = "removing"
     finished = "finished"
     failed = "failed"
     removed = "removed"
 
     @property
     def active(self) -> bool:
-        """Pending, running or held: the job still occupies the queue."""
-        return self in (JobState.pending, JobState.running, JobState.held)
+        """Pending, running, held or being removed: the job still occupies the queue."""
+        return self in (JobState.pending, JobState.running, JobState.held, JobState.removing)
 
 
 @dataclass(frozen=True)
@@ -66,81 +73,59 @@ class JobStatus:
                 "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler}
 
 
+#: The tag of ``hybrid.yaml`` (staging directories recorded before tags were recorded).
+DEFAULT_TAG = "HybridCluster"
+
+
+def tag_prefix() -> str:
+    """The tag that marks our jobs (``hybrid.batch.tag``): it names a job attribute."""
+    tag = config.get("batch.tag")
+    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", tag):
+        raise ConfigurationError("hybrid.batch.tag", tag,
+                                 "1-63 characters from A-Z a-z 0-9 _, not starting with a "
+                                 "digit (it names an HTCondor job attribute)")
+    return tag
+
+
 @dataclass(frozen=True)
-class JobSpec:
-    """One worker job, as data: what the template renders and the system submits."""
+class WorkerJob:
+    """One pool's worker job in one cluster: what a system renders and submits."""
 
     cluster: str
-    pool: str
-    worker: WorkerOptions
-    cores: int = 1
-    memory: int | None = None
-    gpus: int = 0
-    walltime: str | None = None
-    queue: str | None = None
-    account: str | None = None
-    job_extra_directives: tuple[str, ...] = ()
-    prologue: tuple[str, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-    lease_seconds: int = 86400
-    tls_source: TLSFiles | None = None
+    spec: PoolSpec
+    connection: Connection
 
-    def __post_init__(self) -> None:
-        check_name(self.cluster, "cluster name")
-        check_name(self.pool, "pool name")
-        for name, value in self.env.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise ConfigurationError(
-                    "env", name, "environment variable names matching [A-Za-z_][A-Za-z0-9_]*"
-                )
-            if not isinstance(value, str):
-                raise ConfigurationError(f"env[{name!r}]", value, "a string value")
-        for label, value in (("queue", self.queue), ("account", self.account)):
-            if value is not None:
-                check_name(value, label)
-        if isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1:
-            raise ConfigurationError("cores", self.cores, "an integer >= 1")
-        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 0:
-            raise ConfigurationError("gpus", self.gpus, "an integer >= 0")
-        if self.lease_seconds <= 0:
-            raise ConfigurationError("hybrid.batch.lease", self.lease_seconds, "a duration > 0")
-        if self.walltime is not None:
-            object.__setattr__(self, "walltime", parse_walltime(self.walltime, "walltime"))
-        if re.search(r"[\s,'\"\\]", self.worker.scheduler_address):
-            # the address rides in every system's job tag (comment, -v variable, -Jd)
-            raise ConfigurationError(
-                "scheduler_address", self.worker.scheduler_address,
-                "an address without white space, commas, quotes or backslashes",
-            )
+    @property
+    def pool(self) -> str:
+        """The pool's name."""
+        return self.spec.name
+
+    @property
+    def tag(self) -> str:
+        """``hybrid.batch.tag``."""
+        return tag_prefix()
 
     @property
     def name_prefix(self) -> str:
         """Workers are named ``<cluster>-<pool>-<batch job id>``."""
-        return f"{self.cluster}-{self.pool}"
+        return f"{self.cluster}-{self.spec.name}"
 
     @property
     def job_name(self) -> str:
-        """The batch job name: the tag prefix, the cluster and the pool."""
-        return f"{tag_prefix()}-{self.cluster}-{self.pool}"
+        """The batch job name: the tag, the cluster and the pool."""
+        return f"{self.tag}-{self.cluster}-{self.spec.name}"
+
+    @property
+    def tag_value(self) -> str:
+        """``<tag>:<cluster>:<pool>:<scheduler address>``, read back by :func:`parse_tag`."""
+        return f"{self.tag}:{self.cluster}:{self.spec.name}:{self.connection.scheduler_address}"
 
 
-def _hhmm(seconds: int) -> str:
-    minutes = -(-seconds // 60)
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
-
-
-def tag_prefix() -> str:
-    """The tag that marks our jobs (``hybrid.batch.tag``)."""
-    return check_name(str(config.get("batch.tag")), "hybrid.batch.tag")
-
-
-def parse_tag(value: str) -> tuple[str | None, str | None, str | None]:
-    """``<tag>:<cluster>:<pool>[:<scheduler address>]`` -> (cluster, pool, scheduler).
-
-    Slurm carries it in ``--comment``, PBS in a job variable, LSF in ``-Jd``.
-    """
+def parse_tag(value: str, tag: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """``<tag>:<cluster>:<pool>[:<scheduler address>]`` -> (cluster, pool, scheduler);
+    ``tag``: :func:`tag_prefix`, when the caller already has it."""
     parts = value.split(":", 3)
-    if len(parts) >= 3 and parts[0] == tag_prefix():
+    if len(parts) >= 3 and parts[0] == (tag or tag_prefix()):
         return parts[1], parts[2], parts[3] if len(parts) == 4 else None
     return None, None, None
 
@@ -160,9 +145,9 @@ def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float
             env={**os.environ, **env} if env else None,
         )
     except FileNotFoundError:
-        raise BatchError(
+        raise ToolMissing(
             f"{argv[0]!r} was not found: install the batch system's client tools on this node "
-            "or add them to PATH"
+            "or add them to PATH (`hybrid doctor --system ...` checks them)"
         ) from None
     except subprocess.TimeoutExpired:
         raise BatchError(f"{' '.join(argv)} did not answer within {timeout:g} s") from None
@@ -172,24 +157,28 @@ def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float
     return result
 
 
+# --------------------------------------------------------------------------- staging
+STAGING_RECORD = "hybrid-staging.json"
+
+
 def staging_root() -> Path:
     """Where pools stage their job files (``hybrid.batch.staging-directory``)."""
     configured = config.get("batch.staging-directory", None)
     root = Path(str(configured)).expanduser() if configured else (
         Path.home() / ".cache" / "hybrid" / "jobs")
-    if re.search(r"[\s,'\"\\$`]", str(root)):
+    if re.search(r"[\s,'\"\\$`%]", str(root)):
         raise ConfigurationError(
             "hybrid.batch.staging-directory", str(root),
-            "a path without spaces, commas, quotes, backslashes, $ or backticks (batch "
-            "directives cannot quote them)",
+            "a path without spaces, commas, quotes, backslashes, $, backticks or % (batch "
+            "directives cannot quote them; Slurm reads %j in a log path as the job id)",
+            "Choose a plain directory, e.g. ~/.cache/hybrid/jobs.",
         )
     return root
 
 
 def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> Path:
     """Write a file that only its owner can read: created with ``mode`` (never wider)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(path, flags, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)
         os.write(fd, data.encode() if isinstance(data, str) else data)
@@ -198,17 +187,264 @@ def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> Path:
     return path
 
 
+class Staging:
+    """A pool's private staging directory (0700): job files and the TLS copies jobs read.
+
+    It records who made it (``hybrid-staging.json``: cluster, pool, system, scheduler), so
+    ``hybrid gc`` can remove it once its jobs are gone, even when no process closed it.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, job: WorkerJob) -> Staging:
+        """A new directory ``<cluster>-<pool>-<random>`` under :func:`staging_root`."""
+        root = staging_root()
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = root / f"{job.cluster}-{job.pool}-{secrets.token_hex(4)}"
+        path.mkdir(mode=0o700)
+        staging = cls(path)
+        try:
+            write_private(path / STAGING_RECORD, json.dumps({
+                "cluster": job.cluster, "pool": job.pool, "system": job.spec.system,
+                "tag": tag_prefix(), "scheduler": job.connection.scheduler_address,
+                "created": time.time()}))
+            staging.stage_tls(job.connection.tls)
+        except BaseException:
+            staging.remove()
+            raise
+        return staging
+
+    @staticmethod
+    def would_be(job: WorkerJob) -> Path:
+        """The kind of path :meth:`create` makes, for showing scripts (nothing is made)."""
+        return staging_root() / f"{job.cluster}-{job.pool}-XXXXXXXX"
+
+    def stage_tls(self, tls: TLSFiles | None) -> None:
+        """Write the cluster's TLS material in, 0600."""
+        if tls is None:
+            return
+        for name, source in (("ca.pem", tls.ca), ("cert.pem", tls.cert), ("key.pem", tls.key)):
+            write_private(self.path / name, read_pem(source))
+
+    def remove(self) -> None:
+        """Delete the directory and everything in it."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    @staticmethod
+    def record(path: Path) -> dict[str, Any] | None:
+        """What a staging directory says about itself (``None`` if unreadable)."""
+        try:
+            return json.loads((path / STAGING_RECORD).read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def staging_directories(cluster: str | None = None) -> list[Path]:
+    """Staging directories under :func:`staging_root` (of one ``cluster``, if given)."""
+    root = staging_root()
+    if not root.is_dir():
+        return []
+    pattern = f"{cluster}-*-*" if cluster else "*"
+    return sorted(p for p in root.glob(pattern) if p.is_dir())
+
+
+def remove_staging_of(cluster: str) -> list[Path]:
+    """Delete every staging directory of ``cluster`` (after its jobs are gone)."""
+    removed = []
+    for path in staging_directories(cluster):
+        record = Staging.record(path)
+        if record is None or record.get("cluster") == cluster:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+# --------------------------------------------------------------------------- orphans
+def scheduler_reachable(address: str | None, timeout: float = 3.0) -> bool:
+    """True when something accepts TCP connections at the scheduler address (or when the
+    address is unknown: never remove what cannot be judged)."""
+    import socket
+
+    from distributed.comm.addressing import get_address_host_port
+
+    if not address:
+        return True
+    try:
+        host, port = get_address_host_port(address)
+    except (ValueError, TypeError):
+        return True
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def find_orphans(system: BatchSystem, timeout: float = 3.0) -> list[JobStatus]:
+    """Active jobs of ours whose scheduler no longer answers."""
+    verdict: dict[str | None, bool] = {}
+    orphans = []
+    for job in system.query():
+        if not job.state.active or job.state is JobState.removing:
+            continue
+        if job.scheduler not in verdict:
+            verdict[job.scheduler] = scheduler_reachable(job.scheduler, timeout)
+        if not verdict[job.scheduler]:
+            orphans.append(job)
+    return orphans
+
+
+def remove_orphaned_staging(system: BatchSystem, timeout: float = 3.0,
+                            dry_run: bool = False, removed: Iterable[str] = ()) -> list[Path]:
+    """Staging directories of ``system``'s clusters that no job needs any more: none of the
+    cluster's jobs is in the queue (jobs being removed, and the ``removed`` ids, e.g. the
+    orphans ``hybrid gc`` just removed, do not count while they stop) and its scheduler does
+    not answer. Removed unless ``dry_run``; returns them."""
+    found = []
+    live: set[str] | None = None
+    gone = set(removed)
+    tag = tag_prefix()
+    for path in staging_directories():
+        record = Staging.record(path)
+        if record is None or record.get("system") != system.name:
+            continue
+        if record.get("tag", DEFAULT_TAG) != tag:
+            continue  # another tag's (another user's): its jobs are not in this query
+        if live is None:
+            live = {j.cluster for j in system.query() if j.state.active and j.cluster
+                    and j.state is not JobState.removing and j.job_id not in gone}
+        if record.get("cluster") in live or scheduler_reachable(record.get("scheduler"),
+                                                                timeout):
+            continue
+        found.append(path)
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+    return found
+
+
+# --------------------------------------------------------------------------- systems
+class SystemSettings(BaseModel):
+    """A system's own settings (its section ``hybrid.batch.<name>``, minus pool options)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+@dataclass(frozen=True)
+class ReservedOptions:
+    """Options of a system's directive lines that hybrid sets itself, read the way the
+    system's own option parser reads them: every option of the line, a short option with its
+    value attached (``-a3``) or after flags grouped with it, a long option by any prefix
+    (``--arr`` is ``--array``) or with ``=value``, a whole-word option (LSF's ``-Jd``)."""
+
+    #: The directive's own prefix a line may start with (``#SBATCH``).
+    prefix: str
+    #: Short option letter -> what hybrid sets with it.
+    short: Mapping[str, str]
+    #: Long option name (no dashes) -> what hybrid sets with it.
+    long: Mapping[str, str] = dataclass_field(default_factory=dict)
+    #: Short options that take no value (a line may group them: ``-vJ name``).
+    flags: str = ""
+    #: Whole single-dash words -> what (for systems whose options are words: LSF).
+    words: Mapping[str, str] = dataclass_field(default_factory=dict)
+
+    def find(self, line: str) -> str | None:
+        """What an option of ``line`` would override, or ``None``."""
+        import shlex
+
+        try:
+            tokens = shlex.split(line)
+        except ValueError:
+            tokens = line.split()
+        if tokens and tokens[0] == self.prefix:
+            tokens = tokens[1:]
+        for token in tokens:
+            if token in self.words:
+                return self.words[token]
+            if token.startswith("--") and len(token) > 2:
+                name = token[2:].split("=", 1)[0]
+                for option, what in self.long.items():
+                    if option.startswith(name):
+                        return what
+            elif token.startswith("-") and len(token) > 1 and not self.words:
+                for letter in token[1:]:
+                    if letter in self.short:
+                        return self.short[letter]
+                    if letter not in self.flags:
+                        break
+        return None
+
+
 class BatchSystem(abc.ABC):
-    """One batch system: render, submit n in one transaction, query, remove."""
+    """One batch system: render, submit n in one transaction, query, remove, check."""
 
     #: The name users give (``system="slurm"``).
     name: ClassVar[str]
     #: The template in ``jobtemplates/`` for the job script or submit description.
     template: ClassVar[str]
-    #: True when job files travel with the job (HTCondor file transfer); False when the
-    #: execute side reads them from the staging directory on a shared filesystem.
+    #: True when job files travel with the job (HTCondor file transfer, pod secrets); False
+    #: when the execute side reads them from the staging directory on a shared filesystem.
     ships_files: ClassVar[bool] = False
+    #: The client tools this system needs on the submit node (``hybrid doctor``).
+    tools: ClassVar[tuple[str, ...]] = ()
+    #: ``(pattern, what hybrid sets with it)``: extra directives matching a pattern are
+    #: refused, since they would override what hybrid relies on.
+    reserved_directives: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: The system's own settings.
+    Settings: ClassVar[type[SystemSettings]] = SystemSettings
+    #: What to check when the system's tools are there but do not answer (``hybrid doctor``).
+    unreachable_fix: ClassVar[str] = ("Check that the batch system's client tools work from "
+                                      "this node (configuration, credentials, network).")
 
+    def __init__(self, **settings: Any):
+        self.settings = validate(self.Settings, settings, prefix=f"{self.name}.")
+
+    # ------------------------------------------------------------------ settings
+    @classmethod
+    def settings_from(cls, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        """Validated settings as plain data (what a pool records to rebuild the system)."""
+        return validate(cls.Settings, data, prefix=prefix).model_dump(mode="json",
+                                                                       exclude_defaults=True)
+
+    def options(self) -> dict[str, Any]:
+        """This system's settings as plain data (``system_options`` of a pool)."""
+        return self.settings.model_dump(mode="json", exclude_defaults=True)
+
+    @classmethod
+    def options_from_resources(cls, resources: Any) -> dict[str, Any]:
+        """System settings a resource object implies (Kubernetes: affinity, storage...)."""
+        return {}
+
+    #: The command-line options of this system's directives that hybrid sets itself.
+    reserved_options: ClassVar[ReservedOptions | None] = None
+
+    @classmethod
+    def reserved(cls) -> tuple[tuple[str, str], ...]:
+        """The directive patterns refused in ``job_extra_directives``."""
+        return cls.reserved_directives
+
+    @classmethod
+    def refused_directive(cls, directive: str) -> str | None:
+        """What hybrid sets itself that ``directive`` would override (``None``: nothing)."""
+        for pattern, what in cls.reserved():
+            if re.search(pattern, directive):
+                return what
+        return cls.reserved_options.find(directive) if cls.reserved_options else None
+
+    @classmethod
+    def check_spec(cls, spec: PoolSpec) -> None:
+        """Refuse what this system cannot carry: directives that override hybrid's own."""
+        from hybrid.fields import reject
+
+        for index, directive in enumerate(spec.job_extra_directives):
+            what = cls.refused_directive(directive)
+            if what is not None:
+                raise reject(f"a directive that does not set {what} (hybrid sets it)",
+                             "Leave it out: hybrid sets it for each submission.",
+                             field=f"job_extra_directives[{index}]", value=directive)
+
+    # ------------------------------------------------------------------ rendering
     def job_paths(self, staging: Path) -> TLSFiles:
         """Where the worker finds the TLS files."""
         if self.ships_files:
@@ -216,43 +452,67 @@ class BatchSystem(abc.ABC):
         return TLSFiles(str(staging / "ca.pem"), str(staging / "cert.pem"),
                         str(staging / "key.pem"))
 
-    def context(self, spec: JobSpec, staging: Path, count: int) -> dict[str, Any]:
+    def walltime(self, job: WorkerJob) -> str:
+        """The job's wall time ``"HH:MM"``: the pool's, else the lease's."""
+        if job.spec.walltime:
+            return job.spec.walltime
+        minutes = -(-job.spec.lease // 60)
+        return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+    def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
         """Template variables shared by every system."""
-        env = {**config.worker_dask_environment(), **spec.env}
-        worker = spec.worker
-        secret_files = []
-        if spec.tls_source is not None:
-            paths = self.job_paths(staging)
-            worker = replace(worker, tls=paths)
-            secret_files = [paths.ca, paths.cert, paths.key]
-        hhmm = spec.walltime or _hhmm(spec.lease_seconds)
+        tls = self.job_paths(staging) if job.connection.tls is not None else None
+        hhmm = self.walltime(job)
         return {
-            "spec": spec,
-            "cluster": spec.cluster,
-            "pool": spec.pool,
-            "job_name": spec.job_name,
-            "tag": tag_prefix(),
+            "job": job,
+            "spec": job.spec,
+            "cluster": job.cluster,
+            "pool": job.pool,
+            "job_name": job.job_name,
+            "tag": job.tag,
+            "tag_value": job.tag_value,
             "count": count,
             "staging": str(staging),
-            "env": env,
-            "prologue": list(spec.prologue),
-            "command": worker.argv(),
-            "name_prefix": spec.name_prefix,
-            "secret_files": secret_files,
-            "extra_directives": list(spec.job_extra_directives),
-            "scheduler": spec.worker.scheduler_address,
+            "env": {**config.worker_dask_environment(), **job.spec.env},
+            "prologue": list(job.spec.job_script_prologue),
+            "worker": worker_command(job.spec, job.connection, tls),
+            "name_prefix": job.name_prefix,
+            "secret_files": [tls.ca, tls.cert, tls.key] if tls else [],
+            "extra_directives": list(job.spec.job_extra_directives),
+            "scheduler": job.connection.scheduler_address,
             "walltime": f"{hhmm}:00",
             "walltime_hhmm": hhmm,
-            "lease_seconds": spec.lease_seconds,
-            "vacate_seconds": int(config.get("batch.job-max-vacate-time", 10)),
+            "lease_seconds": job.spec.lease,
+            # shared filesystem: the job appends its output to worker-<id>.log in staging
+            "log_directory": None if self.ships_files else str(staging),
         }
 
-    def render(self, spec: JobSpec, staging: Path, count: int = 1) -> str:
+    def render(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
         """The job script or submit description for ``count`` workers."""
-        return render(self.template, **self.context(spec, staging, count))
+        from hybrid.templates import render
 
+        return render(self.template, **self.context(job, staging, count))
+
+    def job_files(self, job: WorkerJob, staging: Path, count: int = 1) -> dict[str, str]:
+        """Every file a submission writes or sends, by name (for ``job_script()``)."""
+        return {self.template.removesuffix(".j2"): self.render(job, staging, count)}
+
+    def job_script(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
+        """The job's files as one text, for reading before anything is submitted."""
+        files = self.job_files(job, staging, count)
+        if len(files) == 1:
+            return next(iter(files.values()))
+        return "".join(f"# --- {name} ---\n{text}" for name, text in files.items())
+
+    def log_path(self, staging: Path, job_id: str) -> Path | None:
+        """Where a job's output lands (``None`` when it cannot be read from here)."""
+        if self.ships_files:
+            return None
+        return staging / f"worker-{worker_name_suffix(job_id)}.log"
+
+    # ------------------------------------------------------------------ operations
     @abc.abstractmethod
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
+    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Submit ``count`` workers in ONE transaction; return every worker's job id."""
 
     @abc.abstractmethod
@@ -274,154 +534,107 @@ class BatchSystem(abc.ABC):
             self.remove(ids)
         return ids
 
+    def cluster_closed(self, cluster: str) -> None:  # noqa: B027 - most systems keep nothing
+        """After a cluster's pools are closed: drop what the system keeps per cluster."""
 
-class BatchPool:
-    """The jobs of one pool of one cluster on one batch system, tracked by id."""
+    def check(self, timeout: float = 20.0) -> CheckResult:
+        """Whether this node can use the system (``hybrid doctor``): tools, then a query."""
+        from hybrid.admin.doctor import fail, ok
 
-    def __init__(self, system: BatchSystem, spec: JobSpec):
-        self.system = system
-        self.spec = spec
-        self.jobs: dict[str, JobStatus] = {}
-        self.submit_calls = 0
-        self.remove_calls = 0
-        self._staging: Path | None = None
-
-    @property
-    def staging(self) -> Path:
-        """The pool's private staging directory (created on first use, mode 0700)."""
-        if self._staging is None:
-            root = staging_root()
-            root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = root / f"{self.spec.cluster}-{self.spec.pool}-{secrets.token_hex(4)}"
-            path.mkdir(mode=0o700)
-            self._staging = path
-            self._stage_secrets(path)
-        return self._staging
-
-    def _stage_secrets(self, path: Path) -> None:
-        source = self.spec.tls_source
-        if source is None:
-            return
-        for name, src in (("ca.pem", source.ca), ("cert.pem", source.cert),
-                          ("key.pem", source.key)):
-            try:
-                data = Path(src).read_bytes()
-            except OSError as error:
-                raise ConfigurationError(
-                    "tls", src, f"a readable certificate or key file ({error.strerror})"
-                ) from None
-            write_private(path / name, data)
-
-    def job_script(self, count: int = 1) -> str:
-        """The job script (or submit description) as it would be submitted, for reading."""
-        return self.system.render(self.spec, self.staging, count)
-
-    def submit(self, count: int) -> list[str]:
-        """Submit ``count`` workers in one transaction and start tracking them."""
-        if count <= 0:
-            return []
-        self.submit_calls += 1
-        ids = self.system.submit(self.spec, self.staging, count)
-        for job_id in ids:
-            self.jobs[job_id] = JobStatus(job_id, JobState.pending, cluster=self.spec.cluster,
-                                          pool=self.spec.pool)
-        logger.info("pool %s: submitted %d worker job(s): %s", self.spec.pool, len(ids), ids)
-        return ids
-
-    def refresh(self) -> dict[str, JobStatus]:
-        """Reconcile tracked jobs with the batch system; jobs it no longer lists are finished."""
-        if not self.jobs:
-            return {}
-        tracked = [j for j, s in self.jobs.items() if s.state.active]
-        if not tracked:
-            return dict(self.jobs)
-        seen = {s.job_id: s for s in self.system.query(job_ids=tracked)}
-        missing = [j for j in tracked if j not in seen]
+        name = f"batch system ({self.name})"
+        missing = [tool for tool in self.tools if shutil.which(tool) is None]
         if missing:
-            seen.update({s.job_id: s for s in self.system.query(job_ids=missing, history=True)})
-        for job_id in tracked:
-            self.jobs[job_id] = seen.get(
-                job_id, JobStatus(job_id, JobState.finished, "no longer in the queue",
-                                  self.spec.cluster, self.spec.pool))
-        return dict(self.jobs)
+            return fail(name, f"{', '.join(missing)} not found on PATH",
+                        f"Install the {self.name} client tools on this node or add them to "
+                        "PATH.")
+        try:
+            self.query()
+        except BatchError as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            query_tool = self.query_argv(None, False)[0] if isinstance(
+                self, CommandLineSystem) else self.name
+            return fail(name, f"{query_tool} present but not answering: {first}",
+                        self.unreachable_fix)
+        return ok(name, (", ".join(self.tools) + " present; " if self.tools else "")
+                  + "a query of our jobs answers")
 
-    def active(self) -> list[str]:
-        """Ids of jobs still pending, running or held (as of the last refresh)."""
-        return [j for j, s in self.jobs.items() if s.state.active]
 
-    def by_state(self, *states: JobState) -> list[JobStatus]:
-        """Tracked jobs in these states."""
-        return [s for s in self.jobs.values() if s.state in states]
+class CommandLineSystem(BatchSystem):
+    """The skeleton Slurm, PBS and LSF share: a script on stdin, a query tool, a remove tool.
+
+    A subclass gives its commands and how to read their answers; the query filters our jobs
+    by the tag, whatever the tool.
+    """
+
+    #: The submit command; the rendered script goes to its standard input.
+    submit_command: ClassVar[tuple[str, ...]]
+    #: The remove command (job ids follow).
+    remove_command: ClassVar[str]
+    #: Words in a tool's stderr meaning "that job is no longer there", not a failure.
+    gone_words: ClassVar[tuple[str, ...]] = ()
+
+    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
+        """Submit the rendered script once; the ids come from the tool's answer."""
+        script = self.render(job, staging, count)
+        out = run_command(list(self.submit_command), input=script, timeout=120).stdout
+        return self.parse_submit(out, count)
+
+    @abc.abstractmethod
+    def parse_submit(self, out: str, count: int) -> list[str]:
+        """The worker job ids in the submit tool's answer."""
+
+    @abc.abstractmethod
+    def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
+        """The query command for these ids (``None``: all of this user's jobs)."""
+
+    @abc.abstractmethod
+    def parse_query(self, out: str) -> Iterable[tuple[str, str, JobState, str | None]]:
+        """``(job id, tag value, state, reason)`` for each job in the query's answer."""
+
+    def harmless(self, stderr: str) -> bool:
+        """True when every line of a tool's stderr only says a job is gone."""
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        return bool(lines) and all(any(w in line for w in self.gone_words) for line in lines)
+
+    def history(self, job_ids: list[str]) -> list[tuple[str, str, JobState, str | None]]:
+        """Records of jobs that left the queue (a second query; none by default)."""
+        return []
+
+    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
+              history: bool = False) -> list[JobStatus]:
+        """Our jobs from the query tool, filtered by the tag (and ``cluster``)."""
+        ids = list(job_ids) if job_ids is not None else None
+        if ids is not None and not ids:
+            return []
+        argv = self.query_argv(ids, history)
+        result = run_command(argv, check=False)
+        if result.returncode != 0 and not self.harmless(result.stderr):
+            raise BatchError(f"{argv[0]} failed (exit {result.returncode}): "
+                             f"{(result.stderr or result.stdout).strip()}")
+        records = list(self.parse_query(result.stdout))
+        if history and ids is not None:
+            seen = {record[0] for record in records}
+            missing = [j for j in ids if j not in seen]
+            if missing:
+                records += self.history(missing)
+        found: dict[str, JobStatus] = {}
+        ours = tag_prefix()
+        for job_id, tag, state, reason in records:
+            owner, pool, scheduler = parse_tag(tag, ours)
+            if owner is None or (cluster is not None and owner != cluster):
+                continue
+            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler)
+        if ids is not None:
+            return [found[j] for j in ids if j in found]
+        return list(found.values())
 
     def remove(self, job_ids: Iterable[str]) -> None:
-        """Remove exactly these jobs and mark them removed."""
-        ids = [j for j in job_ids]
+        """The remove tool on exactly these jobs; ones already gone are not an error."""
+        ids = list(job_ids)
         if not ids:
             return
-        self.remove_calls += 1
-        self.system.remove(ids)
-        for job_id in ids:
-            old = self.jobs.get(job_id)
-            self.jobs[job_id] = JobStatus(job_id, JobState.removed, "removed by hybrid",
-                                          self.spec.cluster, self.spec.pool,
-                                          old.scheduler if old else None)
+        result = run_command([self.remove_command, *ids], check=False)
+        if result.returncode != 0 and not self.harmless(result.stderr):
+            raise BatchError(f"{self.remove_command} failed (exit {result.returncode}): "
+                             f"{(result.stderr or result.stdout).strip()}")
 
-    def job_id_of_worker(self, worker_name: str) -> str | None:
-        """The job id behind a worker name ``<cluster>-<pool>-<id>``, if it is ours."""
-        prefix = self.spec.name_prefix + "-"
-        if not worker_name.startswith(prefix):
-            return None
-        suffix = worker_name[len(prefix):]
-        for job_id in self.jobs:
-            if worker_name_suffix(job_id) == suffix:
-                return job_id
-        return None
-
-    def close(self, timeout: float = 60) -> None:
-        """Remove every job of this pool, wait until the system lists none, drop staging.
-
-        A pool that never submitted and tracks no job (it only rendered scripts) has
-        nothing to remove and does not ask the batch system.
-        """
-        if self.submit_calls == 0 and not self.jobs:
-            self.close_staging()
-            return
-        try:
-            active = [s.job_id for s in self.system.query(cluster=self.spec.cluster)
-                      if s.state.active and s.pool == self.spec.pool]
-            tracked = self.active()
-            ids = sorted(set(active) | set(tracked))
-            if ids:
-                self.remove(ids)
-            deadline = time.monotonic() + timeout
-            while True:
-                left = [s for s in self.system.query(cluster=self.spec.cluster)
-                        if s.state.active and s.pool == self.spec.pool]
-                if not left:
-                    break
-                if time.monotonic() > deadline:
-                    raise BatchError(
-                        f"pool {self.spec.pool}: {len(left)} job(s) still listed after removal: "
-                        + ", ".join(f"{s.job_id} ({s.state.value})" for s in left)
-                    )
-                time.sleep(0.5)
-        finally:
-            self.close_staging()
-
-    def close_staging(self) -> None:
-        """Delete the staging directory (job files, TLS copies)."""
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
-
-
-def remove_staging_of(cluster: str) -> list[Path]:
-    """Delete every staging directory of ``cluster`` (after its jobs are gone)."""
-    root = staging_root()
-    removed = []
-    if root.is_dir():
-        for path in root.glob(f"{cluster}-*-*"):
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-    return removed

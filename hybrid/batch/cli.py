@@ -1,28 +1,32 @@
-"""Submit-node commands: ``hybrid render``, ``submit``, ``status``, ``cancel``, ``gc``."""
+"""Submit-node commands: ``hybrid render``, ``submit``, ``status``, ``cancel``, ``gc``.
+
+The pool options of ``render`` and ``submit`` are generated from the pool model
+(:class:`~hybrid.pools.PoolSpec`): each option has the help text of its field, so a pool
+option added there is an option here too.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
-import socket
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import click
 
-from hybrid.annotator import worker_resources
-from hybrid.batch import SYSTEMS, BatchPool, JobSpec, JobStatus, get_system
-from hybrid.batch.base import BatchSystem, remove_staging_of
+from hybrid.batch import SYSTEMS, JobStatus, Staging, WorkerJob, get_system
+from hybrid.batch.base import find_orphans, remove_orphaned_staging
+from hybrid.cli import Duration
 from hybrid.errors import HybridError
-from hybrid.units import parse_memory, parse_walltime, to_bytes
-from hybrid.worker import ContainerOptions, TLSFiles, WorkerOptions, default_worker_settings
+from hybrid.pools import POOL_OPTIONS, PoolSpec
+from hybrid.worker import Connection, TLSFiles
 
 SYSTEM_NAMES = sorted(SYSTEMS)
 
 
-def _fail_clearly(function: Callable) -> Callable:
+def fail_clearly(function: Callable) -> Callable:
     """Turn hybrid's own errors into a one-line message and exit code 1."""
 
     @functools.wraps(function)
@@ -35,8 +39,62 @@ def _fail_clearly(function: Callable) -> Callable:
     return wrapper
 
 
+def _option_name(field: str) -> tuple[str, bool]:
+    """``--job-extra-directive`` for ``job_extra_directives`` (repeatable), and so on."""
+    annotation = str(PoolSpec.model_fields[field].annotation)
+    repeatable = "tuple" in annotation or "dict" in annotation
+    name = field[:-1] if repeatable and field.endswith("s") else field
+    return "--" + name.replace("_", "-"), repeatable
+
+
+def _help(field: str) -> str:
+    text = PoolSpec.model_fields[field].description or ""
+    return text.replace("``", "").replace(":meth:", "")
+
+
+def _pool_options(function: Callable) -> Callable:
+    """Add one option per pool option (generated from :class:`PoolSpec`)."""
+    options = []
+    for field in POOL_OPTIONS:
+        flag, repeatable = _option_name(field)
+        annotation = str(PoolSpec.model_fields[field].annotation)
+        if "dict" in annotation:
+            options.append(click.option(flag, field, multiple=True, metavar="NAME=VALUE",
+                                        help=_help(field) + " (repeatable)"))
+        elif repeatable:
+            options.append(click.option(flag, field, multiple=True,
+                                        help=_help(field) + " (repeatable)"))
+        elif "bool" in annotation:
+            negative = "--no-" + flag[2:]
+            options.append(click.option(f"{flag}/{negative}", field, default=None,
+                                        help=_help(field)))
+        elif typing.get_origin(PoolSpec.model_fields[field].annotation) is typing.Literal:
+            choices = list(typing.get_args(PoolSpec.model_fields[field].annotation))
+            options.append(click.option(flag, field, type=click.Choice(choices), default=None,
+                                        help=_help(field)))
+        else:
+            whole = any(getattr(getattr(m, "func", None), "whole_number", False)
+                        for m in PoolSpec.model_fields[field].metadata)
+            options.append(click.option(flag, field, default=None, help=_help(field),
+                                        type=int if whole else None))
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for pair in values:
+        if "=" not in pair:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=flag)
+        name, value = pair.split("=", 1)
+        out[name] = value
+    return out
+
+
 def _job_options(function: Callable) -> Callable:
-    options = [
+    function = _pool_options(function)
+    for option in reversed([
         click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True,
                      help="Batch system the jobs go to."),
         click.option("--scheduler", "scheduler_address", default="tls://scheduler.example:8786",
@@ -45,55 +103,26 @@ def _job_options(function: Callable) -> Callable:
                      help="Cluster name: tags the jobs and names the workers."),
         click.option("--pool", "pool_name", default="default", show_default=True,
                      help="Pool name within the cluster."),
-        click.option("--count", default=1, show_default=True, type=click.IntRange(1),
+        click.option("--count", default=1, show_default=True, type=click.IntRange(1, 100_000),
                      help="Workers (jobs) in the one submit transaction."),
-        click.option("--cores", default=1, show_default=True, type=click.IntRange(1),
-                     help="Threads of each worker."),
-        click.option("--memory", default=None, help='Memory per job, e.g. "4 GiB".'),
-        click.option("--gpus", default=0, show_default=True, type=click.IntRange(0),
-                     help="GPUs per job."),
-        click.option("--walltime", default=None, help='Wall time "HH:MM".'),
-        click.option("--queue", default=None, help="Queue / partition."),
-        click.option("--account", default=None, help="Account / project."),
-        click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE",
-                     help="Environment variable for the worker (repeatable)."),
-        click.option("--job-extra-directive", "extra", multiple=True,
-                     help="Extra batch directive, as dask-jobqueue's job_extra_directives."),
-        click.option("--worker-extra-arg", "worker_args", multiple=True,
-                     help="Extra `dask worker` argument (repeatable)."),
         click.option("--tls-ca", default=None, type=click.Path(dir_okay=False),
                      help="CA certificate file for a tls:// scheduler."),
         click.option("--tls-cert", default=None, type=click.Path(dir_okay=False),
                      help="Worker certificate file."),
         click.option("--tls-key", default=None, type=click.Path(dir_okay=False),
-                     help="Worker key file (shipped 0600 with the job)."),
+                     help="Worker key file (staged 0600 for the job)."),
         click.option("--sni", default=None,
                      help="TLS SNI, e.g. daskgateway-NAME (forces --no-nanny)."),
-        click.option("--container-image", default=None,
-                     help="Apptainer image to run the worker in."),
-        click.option("--python", default=None, help="Python on the execute side."),
-        click.option("--image", default=None, help="Container image (kubernetes only)."),
-        click.option("--namespace", default="default", show_default=True,
-                     help="Namespace (kubernetes only)."),
-    ]
-    for option in reversed(options):
+    ]):
         function = option(function)
     return function
 
 
-def _build(system_name: str, scheduler_address: str, cluster_name: str, pool_name: str,
-           cores: int, memory: str | None, gpus: int, walltime: str | None, queue: str | None,
-           account: str | None, env_pairs: tuple[str, ...], extra: tuple[str, ...],
-           worker_args: tuple[str, ...], tls_ca: str | None, tls_cert: str | None,
-           tls_key: str | None, sni: str | None, container_image: str | None,
-           python: str | None, image: str | None, namespace: str,
-           for_submit: bool = False, **_: Any) -> tuple[BatchSystem, JobSpec]:
-    env = {}
-    for pair in env_pairs:
-        if "=" not in pair:
-            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="--env")
-        name, value = pair.split("=", 1)
-        env[name] = value
+def _build(system: str, scheduler_address: str, cluster_name: str, pool_name: str,
+           tls_ca: str | None, tls_cert: str | None, tls_key: str | None, sni: str | None,
+           for_submit: bool = False, **pool: Any) -> WorkerJob:
+    from hybrid.fields import Name, validate_value
+
     tls = None
     if any((tls_ca, tls_cert, tls_key)):
         if not all((tls_ca, tls_cert, tls_key)):
@@ -101,76 +130,80 @@ def _build(system_name: str, scheduler_address: str, cluster_name: str, pool_nam
                                      param_hint="--tls-*")
         tls = TLSFiles(str(Path(tls_ca).resolve()), str(Path(tls_cert).resolve()),
                        str(Path(tls_key).resolve()))
-    elif for_submit and scheduler_address.startswith("tls://"):
-        raise click.BadParameter("a tls:// scheduler needs --tls-ca, --tls-cert and --tls-key",
-                                 param_hint="--scheduler")
-    settings = default_worker_settings()
-    if container_image:
-        settings["container"] = ContainerOptions(container_image)
-    memory_bytes = to_bytes(parse_memory(memory, "--memory")) if memory else None
-    worker = WorkerOptions(
-        scheduler_address=scheduler_address, nthreads=cores, memory_limit=memory_bytes,
-        resources=worker_resources(gpus, cores), tls=tls or (
-            TLSFiles("ca.pem", "cert.pem", "key.pem") if scheduler_address.startswith("tls://")
-            else None),
-        scheduler_sni=sni, python=python,
-        **{**settings, "extra_args": tuple(settings["extra_args"]) + worker_args},
-    )
-    spec = JobSpec(
-        cluster=cluster_name, pool=pool_name, worker=worker, cores=cores, memory=memory_bytes,
-        gpus=gpus, walltime=parse_walltime(walltime, "--walltime") if walltime else None,
-        queue=queue, account=account, job_extra_directives=extra, env=env, tls_source=tls,
-    )
-    options: dict[str, Any] = {}
-    if system_name == "kubernetes":
-        options = {"image": image or "ghcr.io/dask/dask:latest", "namespace": namespace}
-    return _system(system_name, **options), spec
+    elif scheduler_address.startswith("tls://"):
+        if for_submit:
+            raise click.BadParameter("a tls:// scheduler needs --tls-ca, --tls-cert and "
+                                     "--tls-key", param_hint="--scheduler")
+        tls = TLSFiles("ca.pem", "cert.pem", "key.pem")  # shown by name only
+    options = {key: value for key, value in pool.items() if value not in (None, ())}
+    if "env" in options:
+        options["env"] = _pairs(options["env"], "--env")
+    if "system_options" in options:
+        options["system_options"] = _pairs(options["system_options"], "--system-option")
+    labels = {key: _option_name(key)[0] for key in POOL_OPTIONS}
+    spec = PoolSpec.build(pool_name, system, prefix="--", labels={**labels, "name": "--pool"},
+                          check_paths=for_submit, **options)
+    cluster = validate_value(Name, cluster_name, "--cluster")
+    connection = Connection(scheduler_address, tls, sni,
+                            labels=("--scheduler", "--tls-ca", "--sni"))
+    connection.check_pool(spec, "--pool")
+    return WorkerJob(cluster, spec, connection)
 
 
-def _system(name: str, **options: Any) -> BatchSystem:
-    return get_system(name, **options)
+EXAMPLES_RENDER = """
+\b
+Examples:
+  hybrid render --system slurm --cores 4 --memory "8 GiB" --walltime 02:00 \\
+      --queue short --job-script-prologue "module load cuda"
+  hybrid render --system htcondor --gpus 1 --container-image /img/worker.sif
+  hybrid render --system kubernetes --system-option image=ghcr.io/dask/dask:latest
+"""
 
 
-@click.command()
+@click.command(epilog=EXAMPLES_RENDER)
 @_job_options
-@_fail_clearly
-def render(system: str, count: int, **options: Any) -> None:
+@fail_clearly
+def render(count: int, **options: Any) -> None:
     """Print the job script (or submit description, or manifest) without submitting.
 
-    Secrets are not printed: TLS files appear by the path the job reads them from.
+    Nothing is written: TLS files appear by the path the job reads them from.
     """
-    batch_system, spec = _build(system, **options)
-    pool = BatchPool(batch_system, spec)
-    try:
-        if system == "htcondor":
-            click.echo("# --- submit description ---")
-            click.echo(pool.job_script(count))
-            click.echo("# --- worker.sh (the job's executable) ---")
-            click.echo(batch_system.render_wrapper(spec, pool.staging))
-        else:
-            click.echo(pool.job_script(count))
-    finally:
-        pool.close_staging()
+    job = _build(**options)
+    system = get_system(job.spec.system, **job.spec.system_options)
+    staging = Path(str(Staging.would_be(job)))
+    click.echo(system.job_script(job, staging, count), nl=False)
 
 
-@click.command()
+@click.command(epilog="""
+\b
+Examples:
+  hybrid submit --system slurm --scheduler tcp://10.0.0.5:8786 --count 4 --cores 2
+  hybrid submit --system htcondor --scheduler tls://gw.example.org:8786 \\
+      --tls-ca ca.pem --tls-cert cert.pem --tls-key key.pem --sni daskgateway-NAME --json
+""")
 @_job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
-@_fail_clearly
-def submit(system: str, count: int, as_json: bool, **options: Any) -> None:
+@fail_clearly
+def submit(count: int, as_json: bool, **options: Any) -> None:
     """Submit COUNT workers in one transaction and print their job ids.
 
     The jobs carry the cluster's tag, a lease and the worker's --death-timeout, so
-    `hybrid gc` removes them once their scheduler is gone.
+    `hybrid gc` removes them (and their staging directory) once their scheduler is gone.
     """
-    batch_system, spec = _build(system, for_submit=True, **options)
-    pool = BatchPool(batch_system, spec)
-    ids = pool.submit(count)  # the staging directory stays: `hybrid gc` removes it later
+    job = _build(for_submit=True, **options)
+    system = get_system(job.spec.system, **job.spec.system_options)
+    staging = Staging.create(job)
+    try:
+        ids = system.submit(job, staging.path, count)
+    except BaseException:
+        staging.remove()  # nothing was submitted: no TLS copy stays behind
+        raise
     if as_json:
-        click.echo(json.dumps({"system": system, "cluster": spec.cluster, "pool": spec.pool,
-                               "job_ids": ids, "staging": str(pool.staging)}))
+        click.echo(json.dumps({"system": job.spec.system, "cluster": job.cluster,
+                               "pool": job.pool, "job_ids": ids,
+                               "staging": str(staging.path)}))
     else:
-        click.echo(f"submitted {len(ids)} worker job(s) to {system}: {' '.join(ids)}")
+        click.echo(f"submitted {len(ids)} worker job(s) to {job.spec.system}: {' '.join(ids)}")
 
 
 def _print_jobs(jobs: list[JobStatus], as_json: bool) -> None:
@@ -186,29 +219,40 @@ def _print_jobs(jobs: list[JobStatus], as_json: bool) -> None:
                    f"{reason}")
 
 
-@click.command()
+@click.command(epilog="""
+\b
+Examples:
+  hybrid status --system slurm
+  hybrid status --system htcondor --cluster hybrid-1a2b3c4d --json
+""")
 @click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True)
 @click.option("--cluster", "cluster_name", default=None, help="Only this cluster's jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_fail_clearly
+@fail_clearly
 def status(system: str, cluster_name: str | None, as_json: bool) -> None:
     """List our jobs (those carrying hybrid's tag) as the batch system reports them."""
-    _print_jobs(_system(system).query(cluster=cluster_name), as_json)
+    _print_jobs(get_system(system).query(cluster=cluster_name), as_json)
 
 
-@click.command()
+@click.command(epilog="""
+\b
+Examples:
+  hybrid cancel --system slurm --cluster hybrid-1a2b3c4d
+  hybrid cancel --system htcondor 1234.0 1234.1
+""")
 @click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True)
 @click.option("--cluster", "cluster_name", default=None, help="Remove every job of this cluster.")
 @click.argument("job_ids", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_fail_clearly
+@fail_clearly
 def cancel(system: str, cluster_name: str | None, job_ids: tuple[str, ...], as_json: bool) -> None:
     """Remove exactly the JOB_IDS given, or every job of --cluster."""
     if bool(cluster_name) == bool(job_ids):
         raise click.UsageError("give either JOB_IDS or --cluster NAME")
-    batch_system = _system(system)
+    batch_system = get_system(system)
     if cluster_name:
         removed = batch_system.remove_cluster(cluster_name)
+        batch_system.cluster_closed(cluster_name)
     else:
         ours = {j.job_id for j in batch_system.query(job_ids=list(job_ids))}
         strangers = [j for j in job_ids if j not in ours]
@@ -223,54 +267,37 @@ def cancel(system: str, cluster_name: str | None, job_ids: tuple[str, ...], as_j
         click.echo(f"removed {len(removed)} job(s)" + (f": {' '.join(removed)}" if removed else ""))
 
 
-def scheduler_reachable(address: str | None, timeout: float = 3.0) -> bool:
-    """True when something accepts TCP connections at the scheduler address."""
-    if not address:
-        return True  # unknown: never remove what we cannot judge
-    parsed = urlparse(address if "://" in address else f"tcp://{address}")
-    if not parsed.hostname or not parsed.port:
-        return True
-    try:
-        with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def find_orphans(batch_system: BatchSystem, timeout: float = 3.0) -> list[JobStatus]:
-    """Active jobs of ours whose scheduler no longer answers."""
-    jobs = [j for j in batch_system.query() if j.state.active]
-    verdict: dict[str | None, bool] = {}
-    orphans = []
-    for job in jobs:
-        if job.scheduler not in verdict:
-            verdict[job.scheduler] = scheduler_reachable(job.scheduler, timeout)
-        if not verdict[job.scheduler]:
-            orphans.append(job)
-    return orphans
-
-
-@click.command()
+@click.command(epilog="""
+\b
+Examples:
+  hybrid gc --system htcondor --dry-run
+  hybrid gc --system slurm --json
+""")
 @click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True)
 @click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@click.option("--timeout", default=3.0, show_default=True, help="Seconds to wait per scheduler.")
+@click.option("--timeout", default="3s", show_default=True, type=Duration(),
+              help='How long to wait per scheduler: seconds, or e.g. "10s".')
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_fail_clearly
+@fail_clearly
 def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
-    """Remove our jobs whose cluster is gone (their scheduler no longer answers)."""
-    batch_system = _system(system)
+    """Remove our jobs whose cluster is gone (their scheduler no longer answers), and the
+    staging directories (with their TLS copies) that no job of a live cluster needs."""
+    batch_system = get_system(system)
     orphans = find_orphans(batch_system, timeout)
     if orphans and not dry_run:
         batch_system.remove([j.job_id for j in orphans])
-        for cluster in {j.cluster for j in orphans if j.cluster}:
-            remove_staging_of(cluster)
-            closed = getattr(batch_system, "cluster_closed", None)
-            if closed is not None:
-                closed(cluster)  # e.g. the cluster's Kubernetes TLS secret
+        for cluster in sorted({j.cluster for j in orphans if j.cluster}):
+            batch_system.cluster_closed(cluster)
+    directories = remove_orphaned_staging(batch_system, timeout, dry_run=dry_run,
+                                          removed=[j.job_id for j in orphans])
     if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "orphans": [j.as_dict() for j in orphans]}))
+        click.echo(json.dumps({"dry_run": dry_run, "orphans": [j.as_dict() for j in orphans],
+                               "staging": [str(p) for p in directories]}))
     else:
         verb = "would remove" if dry_run else "removed"
         click.echo(f"{verb} {len(orphans)} orphaned job(s)"
                    + "".join(f"\n  {j.job_id} ({j.cluster}/{j.pool}, scheduler {j.scheduler})"
                              for j in orphans))
+        click.echo(f"{verb} {len(directories)} staging director"
+                   f"{'y' if len(directories) == 1 else 'ies'}"
+                   + "".join(f"\n  {p}" for p in directories))

@@ -9,21 +9,25 @@ and ``connect`` find them again, and ``periodic_remove`` on a lease so none outl
 
 from __future__ import annotations
 
-from collections import defaultdict
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hybrid.batch.base import (
     BatchSystem,
-    JobSpec,
     JobState,
     JobStatus,
+    SystemSettings,
+    WorkerJob,
     tag_prefix,
     write_private,
 )
-from hybrid.errors import BatchError
-from hybrid.templates import classad_string, render
+from hybrid.errors import BatchError, ToolMissing
+from hybrid.fields import Seconds
 
 # HTCondor JobStatus codes.
 _IDLE, _RUNNING, _REMOVED, _COMPLETED, _HELD, _TRANSFERRING, _SUSPENDED = 1, 2, 3, 4, 5, 6, 7
@@ -34,14 +38,14 @@ def _bindings():
     try:
         import htcondor2
     except ImportError:  # pragma: no cover - depends on the install
-        raise BatchError(
+        raise ToolMissing(
             "the HTCondor Python bindings are missing: pip install 'hybrid[htcondor]' "
             "(the 'htcondor' package, module htcondor2)"
         ) from None
     return htcondor2
 
 
-def condor_state(ad: Any) -> tuple[JobState, str | None]:
+def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
     """Map a job ad's JobStatus (and hold/remove/exit details) to a state and a reason."""
     status = int(ad.get("JobStatus", 0))
     if status == _HELD:
@@ -52,8 +56,9 @@ def condor_state(ad: Any) -> tuple[JobState, str | None]:
         return JobState.pending, None
     if status in (_RUNNING, _TRANSFERRING):
         return JobState.running, None
-    if status == _REMOVED:
-        return JobState.removed, str(ad.get("RemoveReason", "removed"))
+    if status == _REMOVED:  # still in the queue, its processes may still be stopping
+        return (JobState.removing if in_queue else JobState.removed,
+                str(ad.get("RemoveReason", "removed")))
     if status == _COMPLETED:
         code = ad.get("ExitCode")
         if ad.get("ExitBySignal"):
@@ -64,39 +69,203 @@ def condor_state(ad: Any) -> tuple[JobState, str | None]:
     return JobState.pending, None
 
 
+# --------------------------------------------------------------------------- doctor
+_HTCONDOR_PROBE = r"""
+import json, os, sys
+try:
+    import htcondor2
+except ImportError as error:
+    print(json.dumps({"import_error": str(error)})); sys.exit(0)
+p = htcondor2.param
+methods = p.get("SEC_CLIENT_AUTHENTICATION_METHODS") or p.get("SEC_DEFAULT_AUTHENTICATION_METHODS")
+dirs = [p.get("SEC_TOKEN_DIRECTORY") or os.path.expanduser("~/.condor/tokens.d")]
+system_dir = p.get("SEC_TOKEN_SYSTEM_DIRECTORY") or "/etc/condor/tokens.d"
+if os.geteuid() == 0 and os.path.isdir(system_dir) and system_dir not in dirs:
+    dirs.append(system_dir)
+out = {"methods": methods, "token_dirs": dirs}
+if sys.argv[1] == "query":
+    try:
+        htcondor2.Schedd().query(constraint="false", projection=["ClusterId"], limit=1)
+    except Exception as error:
+        out["query_error"] = f"{error.__class__.__name__}: {error}"
+print(json.dumps(out))
+"""
+
+
+def _htcondor_probe(step: str, timeout: float) -> dict[str, Any]:
+    """Run the bindings in a child: they read ``CONDOR_CONFIG`` afresh and may block."""
+    try:
+        result = subprocess.run([sys.executable, "-c", _HTCONDOR_PROBE, step],
+                                capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        return {"query_error": (result.stderr.strip().splitlines() or ["no output"])[-1]}
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"query_error": lines[-1]}
+
+
+def _token_files(directories: list[str]) -> tuple[list[Path], list[Path]]:
+    """Token files HTCondor would use (mode 0600) and those it ignores (wider modes)."""
+    usable, ignored = [], []
+    for directory in directories:
+        folder = Path(directory)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            if not path.is_file() or path.name.startswith(".") or path.stat().st_size == 0:
+                continue
+            (usable if path.stat().st_mode & 0o077 == 0 else ignored).append(path)
+    return usable, ignored
+
+
+def check_htcondor(timeout: float = 20.0) -> Any:
+    """``htcondor2`` imports, an IDTOKENS token is there when required, the schedd answers."""
+    from hybrid.admin.doctor import fail, ok, warn
+
+    name = "batch system (htcondor)"
+    config_file = os.environ.get("CONDOR_CONFIG")
+    if config_file and config_file.upper() != "ONLY_ENV" and not Path(config_file).is_file():
+        return fail(name, f"CONDOR_CONFIG={config_file} does not exist",
+                     "Point CONDOR_CONFIG at the pool's client configuration, or unset it.")
+    probe = _htcondor_probe("config", timeout)
+    if "import_error" in probe:
+        return fail(name, f"the HTCondor bindings are missing: {probe['import_error']}",
+                     "pip install htcondor (the module is htcondor2).")
+    if "timeout" in probe or "query_error" in probe:
+        return fail(name, f"the HTCondor bindings cannot read their configuration: "
+                           f"{probe.get('query_error', 'timed out')}",
+                     "Check CONDOR_CONFIG.")
+    methods = [m.strip().upper() for m in (probe.get("methods") or "").split(",") if m.strip()]
+    token_problem: tuple[str, str] | None = None
+    if "IDTOKENS" in methods:
+        token_problem = _token_problem(probe["token_dirs"])
+        if token_problem and methods == ["IDTOKENS"]:
+            return fail(name, *token_problem)
+    probe = _htcondor_probe("query", timeout)
+    also = f"; also {token_problem[0]}" if token_problem else ""
+    if "timeout" in probe:
+        return fail(name, f"the schedd query did not answer within {timeout:g} s{also}",
+                     "Check COLLECTOR_HOST/CONDOR_HOST in CONDOR_CONFIG and the firewall.")
+    if "query_error" in probe:
+        return fail(name, f"the schedd refused or cannot be reached: {probe['query_error']}"
+                           f"{also}",
+                     "Check CONDOR_CONFIG, your authorisation (token) and that the pool is up.")
+    if token_problem:
+        others = ", ".join(m for m in methods if m != "IDTOKENS")
+        return warn(name, f"schedd answers through {others}, but {token_problem[0]}",
+                     token_problem[1])
+    return ok(name, f"htcondor2 present, schedd answers (authentication: "
+                     f"{', '.join(methods) or 'default'})")
+
+
+def _token_problem(token_dirs: list[str]) -> tuple[str, str] | None:
+    """What is wrong with the IDTOKENS token files (message, fix), or None."""
+    usable, ignored = _token_files(token_dirs)
+    if usable:
+        return None
+    if ignored:
+        return (f"IDTOKENS token file(s) ignored, mode not 0600: "
+                f"{', '.join(map(str, ignored))}", "chmod 600 the token file(s).")
+    return (f"IDTOKENS is configured but no token file is in {', '.join(token_dirs)}",
+            "Ask the pool admin for a token (condor_token_fetch, or condor_token_create "
+            f"-identity USER@DOMAIN) and save it 0600 in {token_dirs[0]}.")
+
+
+
+#: Up to this many job ids, a query names each one (ClusterId and ProcId); beyond, their
+#: clusters (the schedd then sends every job of them, and the others are dropped here).
+_EXACT_IDS = 200
+
+
+def _clusters_of(ids: list[str] | None) -> str:
+    """`` && (...)`` selecting these job ids, or their clusters (nothing for ``None``)."""
+    if ids is None:
+        return ""
+    procs: dict[int, set[int]] = {}
+    for job_id in ids:
+        cluster, _, proc = job_id.partition(".")
+        procs.setdefault(int(cluster), set()).add(int(proc or 0))
+    if len(ids) > _EXACT_IDS:
+        return " && (" + " || ".join(f"ClusterId == {c}" for c in sorted(procs)) + ")"
+    return " && (" + " || ".join(
+        f"(ClusterId == {c} && (" + " || ".join(f"ProcId == {p}" for p in sorted(ps)) + "))"
+        for c, ps in sorted(procs.items())) + ")"
+
+
+class HTCondorSettings(SystemSettings):
+    """``hybrid.batch.htcondor``: which schedd, and how long a removed job may take to stop."""
+
+    schedd_name: str | None = None
+    collector: str | None = None
+    job_max_vacate_time: Seconds = 10
+
+
 class HTCondor(BatchSystem):
     """An HTCondor pool reached through the schedd named by the local configuration."""
 
     name = "htcondor"
     template = "htcondor.sub.j2"
     ships_files = True
+    Settings = HTCondorSettings
+    reserved_directives: ClassVar = (
+        (r"(?i)^\s*queue\b", "the number of jobs (queue)"),
+        (r"(?i)^\s*(executable|arguments|initialdir|transfer_input_files|output|error|"
+         r"leave_in_queue|periodic_remove|job_max_vacate_time)\s*=",
+         "the job's executable, files, log and lifetime"),
+    )
 
-    def __init__(self, schedd_name: str | None = None, collector: str | None = None):
-        self.schedd_name = schedd_name
-        self.collector = collector
+    @classmethod
+    def reserved(cls) -> tuple[tuple[str, str], ...]:
+        """Also the tag's job attributes (``My.<tag>``, ``+<tag>``)."""
+        import re
+
+        tag = re.escape(tag_prefix())
+        return (*cls.reserved_directives,
+                (rf"(?i)^\s*(\+|my\.){tag}", "hybrid's tag attributes"))
+
+    def check(self, timeout: float = 20.0) -> Any:
+        """Bindings, token files and a schedd query, each in a child process."""
+        return check_htcondor(timeout)
 
     def schedd(self):
         """The ``htcondor2.Schedd`` (the local one unless a name/collector was given)."""
         htcondor2 = _bindings()
+        settings = self.settings
         try:
-            if self.schedd_name is None and self.collector is None:
+            if settings.schedd_name is None and settings.collector is None:
                 return htcondor2.Schedd()
-            collector = htcondor2.Collector(self.collector)
-            ad = collector.locate(htcondor2.DaemonType.Schedd, self.schedd_name)
+            collector = htcondor2.Collector(settings.collector)
+            ad = collector.locate(htcondor2.DaemonType.Schedd, settings.schedd_name)
             return htcondor2.Schedd(ad)
         except Exception as error:
             raise BatchError(f"cannot reach the HTCondor schedd: {error}. Check CONDOR_CONFIG "
                              "and that `condor_q` works on this node") from None
 
-    def render_wrapper(self, spec: JobSpec, staging: Path) -> str:
-        """The executable each job runs (shell), shipped through the schedd."""
-        return render("htcondor-worker.sh.j2", **self.context(spec, staging, 1))
+    def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
+        """The shared variables plus the vacate time."""
+        return {**super().context(job, staging, count),
+                "vacate_seconds": self.settings.job_max_vacate_time}
 
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
+    def render_wrapper(self, job: WorkerJob, staging: Path) -> str:
+        """The executable each job runs (shell), shipped through the schedd."""
+        from hybrid.templates import render
+
+        return render("htcondor-worker.sh.j2", **self.context(job, staging, 1))
+
+    def job_files(self, job: WorkerJob, staging: Path, count: int = 1) -> dict[str, str]:
+        """The submit description and the worker's executable."""
+        return {"submit description": self.render(job, staging, count),
+                "worker.sh (the job's executable)": self.render_wrapper(job, staging)}
+
+    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """One cluster of ``count`` procs; on any failure the cluster is removed again."""
         htcondor2 = _bindings()
-        write_private(staging / "worker.sh", self.render_wrapper(spec, staging), 0o700)
-        description = self.render(spec, staging, count)
+        write_private(staging / "worker.sh", self.render_wrapper(job, staging), 0o700)
+        description = self.render(job, staging, count)
         try:
             submit = htcondor2.Submit(description)
         except Exception as error:
@@ -131,6 +300,8 @@ class HTCondor(BatchSystem):
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
         """Our jobs from ``Schedd.query`` (and ``Schedd.history`` with ``history``)."""
+        from hybrid.templates import classad_string
+
         tag = tag_prefix()
         ids = list(job_ids) if job_ids is not None else None
         if ids is not None and not ids:
@@ -138,33 +309,30 @@ class HTCondor(BatchSystem):
         constraint = f"{tag} =!= undefined"
         if cluster is not None:
             constraint += f" && {tag} == {classad_string(cluster)}"
-        if ids is not None:
-            by_cluster: dict[int, list[int]] = defaultdict(list)
-            for job_id in ids:
-                c, p = job_id.split(".")
-                by_cluster[int(c)].append(int(p))
-            constraint += " && (" + " || ".join(
-                f"ClusterId == {c}" for c in sorted(by_cluster)) + ")"
         schedd = self.schedd()
         projection = self._projection()
         try:
-            ads = list(schedd.query(constraint=constraint, projection=projection))
+            ads = list(schedd.query(constraint=constraint + _clusters_of(ids),
+                                    projection=projection))
+            ended: list[Any] = []
             if history:
                 seen = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in ads}
                 missing = [j for j in (ids or []) if j not in seen]
                 if missing or ids is None:
-                    ads += [ad for ad in schedd.history(constraint=constraint,
-                                                        projection=projection, match=10000)
-                            if f"{ad['ClusterId']}.{ad['ProcId']}" not in seen]
+                    ended = [ad for ad in schedd.history(
+                                 constraint=constraint + _clusters_of(missing or None),
+                                 projection=projection,
+                                 match=len(missing) if missing else 10000)
+                             if f"{ad['ClusterId']}.{ad['ProcId']}" not in seen]
         except Exception as error:
             raise BatchError(f"HTCondor query failed: {error}") from None
         wanted = set(ids) if ids is not None else None
         out: dict[str, JobStatus] = {}
-        for ad in ads:
+        for ad, in_queue in [(ad, True) for ad in ads] + [(ad, False) for ad in ended]:
             job_id = f"{ad['ClusterId']}.{ad['ProcId']}"
             if wanted is not None and job_id not in wanted:
                 continue
-            state, reason = condor_state(ad)
+            state, reason = condor_state(ad, in_queue)
             out.setdefault(job_id, JobStatus(job_id, state, reason, ad.get(tag),
                                              ad.get(f"{tag}Pool"), ad.get(f"{tag}Scheduler")))
         return list(out.values())

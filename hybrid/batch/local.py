@@ -1,14 +1,19 @@
 """Local processes as a pool system: the same worker script, run on this machine.
 
-This is the embedded default of :class:`hybrid.HybridCluster` (``system="local"``): no batch
-system, but the job script, the worker command, the naming and the bookkeeping are the ones
-every batch pool uses. Job ids are ``local-<n>``; processes are tracked by PID and stopped by
-their own process group only.
+This is the embedded default (``system="local"``): no batch system, but the job script, the
+worker command, the naming and the bookkeeping are the ones every batch pool uses. Job ids
+are ``local-<pid of the submitter>-<n>``; each job runs in its own process group. Every job
+is recorded in its staging directory (``local-jobs/<id>.json``: PID, start time, cluster,
+pool, scheduler), so another process of the same user lists and removes them too
+(``connect`` after ``close(shutdown=False)``, ``hybrid gc``); a recorded PID counts only
+while a process with that PID and that start time lives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -16,92 +21,171 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from hybrid.batch.base import BatchSystem, JobSpec, JobState, JobStatus, write_private
+from hybrid.batch.base import (
+    BatchSystem,
+    JobState,
+    JobStatus,
+    WorkerJob,
+    staging_directories,
+    write_private,
+)
 
 _counter = itertools.count(1)
+RECORDS = "local-jobs"
+
+
+def _start_time(pid: int) -> float | None:
+    """The start time of a live process (``None``: gone, or a zombie, reaped if ours)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # a child of this process: reap it
+            return None
+        return process.create_time()
+    except psutil.Error:
+        return None
+
+
+
+#: What a local job takes from this process's environment, as a batch job would get it from
+#: the node: the session's essentials, nothing else (no token, no password). The pool's own
+#: ``env`` is exported by the job script.
+_BASE_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+                     "TMPDIR")
+
+
+def job_base_environment() -> dict[str, str]:
+    """The environment a local job starts with (see ``_BASE_ENVIRONMENT``, and ``LC_*``)."""
+    return {name: value for name, value in os.environ.items()
+            if name in _BASE_ENVIRONMENT or name.startswith("LC_")}
 
 
 class LocalProcesses(BatchSystem):
-    """Run each worker job as a local ``sh`` process in its own process group."""
+    """Run each worker job as a local ``bash`` process in its own process group."""
 
     name = "local"
     template = "local.sh.j2"
 
-    def __init__(self) -> None:
-        self._procs: dict[str, tuple[subprocess.Popen, JobSpec]] = {}
-        self._removed: set[str] = set()
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
+    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Start ``count`` worker processes from one rendered script."""
-        script = write_private(staging / "worker.sh", self.render(spec, staging, count), 0o700)
+        script = write_private(staging / "worker.sh", self.render(job, staging, count), 0o700)
+        records = staging / RECORDS
+        records.mkdir(mode=0o700, exist_ok=True)
         ids = []
         for _ in range(count):
             job_id = f"local-{os.getpid()}-{next(_counter)}"
-            log = open(staging / f"worker-{job_id}.log", "ab")
-            try:
+            with open(self.log_path(staging, job_id), "ab") as log:
                 proc = subprocess.Popen(
-                    ["/bin/sh", str(script)], env={**os.environ, "HYBRID_JOB_ID": job_id},
+                    ["/bin/bash", str(script)],
+                    env={**job_base_environment(), "HYBRID_JOB_ID": job_id},
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, cwd=staging,
                 )
-            finally:
-                log.close()
             with self._lock:
-                self._procs[job_id] = (proc, spec)
+                self._procs[job_id] = proc
+            write_private(records / f"{job_id}.json", json.dumps({
+                "job_id": job_id, "pid": proc.pid, "start": _start_time(proc.pid),
+                "cluster": job.cluster, "pool": job.pool,
+                "scheduler": job.connection.scheduler_address}))
             ids.append(job_id)
         return ids
 
-    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
-              history: bool = False) -> list[JobStatus]:
-        """States of the processes this instance started."""
-        wanted = set(job_ids) if job_ids is not None else None
-        out = []
+    def _records(self, cluster: str | None) -> list[tuple[Path, dict[str, Any]]]:
+        found = []
+        for staging in staging_directories(cluster):
+            for path in sorted((staging / RECORDS).glob("*.json")):
+                try:
+                    record = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    continue
+                if cluster is None or record.get("cluster") == cluster:
+                    found.append((path, record))
+        return found
+
+    def _state(self, path: Path, record: dict[str, Any]) -> tuple[JobState, str | None]:
+        job_id = record["job_id"]
+        removed = path.with_suffix(".removed").exists()
         with self._lock:
-            items = list(self._procs.items())
-        for job_id, (proc, spec) in items:
-            if wanted is not None and job_id not in wanted:
-                continue
-            if cluster is not None and spec.cluster != cluster:
-                continue
+            proc = self._procs.get(job_id)
+        if proc is not None:
             code = proc.poll()
             if code is None:
-                state, reason = JobState.running, None
-            elif job_id in self._removed:
-                state, reason = JobState.removed, "removed by hybrid"
-            elif code == 0:
-                state, reason = JobState.finished, None
-            else:
-                state, reason = JobState.failed, f"exit code {code}"
+                return JobState.running, None
+        else:
+            alive = record.get("start") is not None and _start_time(record["pid"]) == record[
+                "start"]
+            if alive:
+                return JobState.running, None
+            code = None
+        if removed:
+            return JobState.removed, "removed by hybrid"
+        if code is None:
+            return JobState.finished, "exited (seen from another process)"
+        if code == 0:
+            return JobState.finished, None
+        return JobState.failed, f"exit code {code}"
+
+    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
+              history: bool = False) -> list[JobStatus]:
+        """The recorded jobs (of ``cluster``, or these ids), each checked against its PID."""
+        wanted = set(job_ids) if job_ids is not None else None
+        out = []
+        for path, record in self._records(cluster):
+            job_id = record["job_id"]
+            if wanted is not None and job_id not in wanted:
+                continue
+            state, reason = self._state(path, record)
             if not state.active and not history and wanted is None:
                 continue
-            out.append(JobStatus(job_id, state, reason, spec.cluster, spec.pool,
-                                 spec.worker.scheduler_address))
+            out.append(JobStatus(job_id, state, reason, record.get("cluster"),
+                                 record.get("pool"), record.get("scheduler")))
         return out
 
     def remove(self, job_ids: Iterable[str], timeout: float = 15) -> None:
-        """SIGTERM each process group, SIGKILL it if still alive after ``timeout``."""
-        procs = []
-        with self._lock:
-            for job_id in job_ids:
-                if job_id in self._procs:
-                    self._removed.add(job_id)
-                    procs.append(self._procs[job_id][0])
-        for proc in procs:
-            if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
+        """SIGTERM each job's process group, SIGKILL it if still alive after ``timeout``."""
+        wanted = set(job_ids)
+        targets = []
+        for path, record in self._records(None):
+            if record["job_id"] in wanted:
+                path.with_suffix(".removed").touch(mode=0o600)
+                targets.append(record)
+        for record in targets:
+            if self._alive(record):
+                _signal_group(record["pid"], signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(5)
+        for record in targets:
+            while self._alive(record) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._alive(record):
+                _signal_group(record["pid"], signal.SIGKILL)
+            with self._lock:
+                proc = self._procs.get(record["job_id"])
+            if proc is not None:
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+    def _alive(self, record: dict[str, Any]) -> bool:
+        with self._lock:
+            proc = self._procs.get(record["job_id"])
+        if proc is not None:
+            return proc.poll() is None
+        return record.get("start") is not None and _start_time(record["pid"]) == record["start"]
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(pid: int, sig: int) -> None:
     try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
         pass

@@ -19,10 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from hybrid.batch.base import BatchSystem, JobSpec, JobState, JobStatus, parse_tag, run_command
+from hybrid.batch.base import CommandLineSystem, JobState, ReservedOptions
 from hybrid.errors import BatchError
 
 #: The bjobs -o fields we read (all in the LSF 10.1 field list).
@@ -66,65 +65,42 @@ def element_id(record: dict[str, Any]) -> str:
     return job if index == "0" else f"{job}[{index}]"
 
 
-def _harmless(stderr: str) -> bool:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    return all(any(words in line for words in _NOT_FOUND) for line in lines)
-
-
-class LSF(BatchSystem):
+class LSF(CommandLineSystem):
     """An LSF cluster reached through ``bsub``/``bjobs``/``bkill`` on this node."""
 
     name = "lsf"
     template = "lsf.sh.j2"
+    tools = ("bsub", "bjobs", "bkill")
+    submit_command = ("bsub",)
+    remove_command = "bkill"
+    gone_words = _NOT_FOUND
+    reserved_options = ReservedOptions(
+        "#BSUB", short={},
+        words={"-J": "the job array and its name", "-Jd": "the job description (hybrid's tag)",
+               "-o": "the job's log file", "-oo": "the job's log file",
+               "-e": "the job's log file", "-eo": "the job's log file"})
 
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
-        """``bsub < script`` once; returns the element ids ``JOB[1]`` .. ``JOB[n]``."""
-        script = self.render(spec, staging, count)
-        out = run_command(["bsub"], input=script, timeout=120).stdout
+    def parse_submit(self, out: str, count: int) -> list[str]:
+        """``Job <1234> is submitted ...``: the elements are ``1234[1]`` .. ``1234[n]``."""
         match = re.search(r"Job <(\d+)> is submitted", out)
         if not match:
             raise BatchError(f"bsub answered {out.strip()!r}, not 'Job <id> is submitted ...'")
         return [f"{match[1]}[{i}]" for i in range(1, count + 1)]
 
-    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
-              history: bool = False) -> list[JobStatus]:
-        """Our jobs from ``bjobs -o ... -json`` (``-a`` with history, or for given ids)."""
-        ids = list(job_ids) if job_ids is not None else None
-        if ids is not None and not ids:
-            return []
-        argv = ["bjobs", "-o", FIELDS, "-json"]
-        if history or ids:
-            argv.append("-a")
-        argv += ids or []
-        result = run_command(argv, check=False)
-        if result.returncode != 0 and not _harmless(result.stderr):
-            raise BatchError(f"bjobs failed (exit {result.returncode}): "
-                             f"{(result.stderr or result.stdout).strip()}")
+    def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
+        """``bjobs -o FIELDS -json`` (``-a`` with history, or for given ids)."""
+        return ["bjobs", "-o", FIELDS, "-json", *(["-a"] if history or job_ids else []),
+                *(job_ids or [])]
+
+    def parse_query(self, out: str) -> Iterable[tuple[str, str, JobState, str | None]]:
+        """One record per element in the JSON answer."""
         try:
-            document = json.loads(result.stdout) if result.stdout.strip() else {}
+            document = json.loads(out) if out.strip() else {}
         except json.JSONDecodeError as error:
             raise BatchError(f"bjobs -json printed something that is not JSON ({error}): "
-                             f"{result.stdout[:200]!r}") from None
-        found: dict[str, JobStatus] = {}
+                             f"{out[:200]!r}") from None
         for record in document.get("RECORDS") or []:
             if "ERROR" in record or not record.get("JOBID"):
                 continue  # "Job <id> is not found"
-            owner, pool, scheduler = parse_tag(str(record.get("JOB_DESCRIPTION") or ""))
-            if owner is None or (cluster is not None and owner != cluster):
-                continue
             state, reason = lsf_state(record)
-            job_id = element_id(record)
-            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler)
-        if ids is not None:
-            return [found[j] for j in ids if j in found]
-        return list(found.values())
-
-    def remove(self, job_ids: Iterable[str]) -> None:
-        """``bkill`` exactly these elements; ones already gone are not an error."""
-        ids = list(job_ids)
-        if not ids:
-            return
-        result = run_command(["bkill", *ids], check=False)
-        if result.returncode != 0 and not (result.stderr.strip() and _harmless(result.stderr)):
-            raise BatchError(f"bkill failed (exit {result.returncode}): "
-                             f"{(result.stderr or result.stdout).strip()}")
+            yield element_id(record), str(record.get("JOB_DESCRIPTION") or ""), state, reason

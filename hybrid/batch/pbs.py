@@ -19,17 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from hybrid.batch.base import (
-    BatchSystem,
-    JobSpec,
-    JobState,
-    JobStatus,
-    parse_tag,
-    run_command,
-)
+from hybrid.batch.base import CommandLineSystem, JobState, ReservedOptions
 from hybrid.errors import BatchError
 
 #: qstat/qdel words meaning "that job is no longer there", not a failure of the tool.
@@ -93,69 +85,52 @@ def pbs_state(attributes: dict[str, Any]) -> tuple[JobState, str | None]:
     return JobState.pending, comment or f"unknown PBS state {state!r}"
 
 
-class PBS(BatchSystem):
+class PBS(CommandLineSystem):
     """A PBS Pro or OpenPBS server reached through ``qsub``/``qstat``/``qdel`` on this node."""
 
     name = "pbs"
     template = "pbs.sh.j2"
+    tools = ("qsub", "qstat", "qdel")
+    submit_command = ("qsub",)
+    remove_command = "qdel"
+    gone_words = _GONE
+    reserved_directives: ClassVar = (
+        (r"^\s*(#PBS\s+)?-v\b.*\bHYBRID_TAG\b", "hybrid's tag variable"),
+    )
+    reserved_options = ReservedOptions(
+        "#PBS",
+        short={"J": "the job array", "N": "the job name", "o": "the job's log file",
+               "e": "the job's log file", "j": "the job's log file"},
+        flags="fhIVXz")
 
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
-        """``qsub`` the script once; returns ``SEQ[1].server`` .. ``SEQ[n].server``.
-
-        One worker is a plain job, ``SEQ.server``.
-        """
-        script = self.render(spec, staging, count)
-        out = run_command(["qsub"], input=script, timeout=120).stdout.strip()
-        job = out.splitlines()[-1].strip() if out else ""
+    def parse_submit(self, out: str, count: int) -> list[str]:
+        """``SEQ[].server`` for an array (subjobs ``SEQ[i].server``), ``SEQ.server`` for one."""
+        job = out.strip().splitlines()[-1].strip() if out.strip() else ""
         if count == 1:
             if not re.fullmatch(r"\d+(\.\S+)?", job):
-                raise BatchError(f"qsub answered {out!r}, not a job id")
+                raise BatchError(f"qsub answered {out.strip()!r}, not a job id")
             return [job]
         match = re.fullmatch(r"(\d+)\[\](\.\S+)?", job)
         if not match:
-            raise BatchError(f"qsub answered {out!r}, not a job array id like 1234[].server")
+            raise BatchError(f"qsub answered {out.strip()!r}, not a job array id like "
+                             "1234[].server")
         return [f"{match[1]}[{i}]{match[2] or ''}" for i in range(1, count + 1)]
 
-    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
-              history: bool = False) -> list[JobStatus]:
-        """Our jobs from ``qstat -f -F json -t`` (with ``-x`` for history)."""
-        ids = list(job_ids) if job_ids is not None else None
-        if ids is not None and not ids:
-            return []
-        argv = ["qstat", "-f", "-F", "json", "-t"] + (["-x"] if history else []) + (ids or [])
-        result = run_command(argv, check=False)
-        problems = [line for line in result.stderr.splitlines()
-                    if line.strip() and not any(word in line for word in _GONE)]
-        if result.returncode != 0 and (problems or not ids):
-            raise BatchError(f"qstat failed (exit {result.returncode}): "
-                             f"{(result.stderr or result.stdout).strip()}")
+    def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
+        """``qstat -f -F json -t`` (``-x``: with finished jobs)."""
+        return ["qstat", "-f", "-F", "json", "-t", *(["-x"] if history else []),
+                *(job_ids or [])]
+
+    def parse_query(self, out: str) -> Iterable[tuple[str, str, JobState, str | None]]:
+        """Subjobs and plain jobs of the JSON answer (array parents are skipped)."""
         try:
-            document = json.loads(result.stdout, strict=False) if result.stdout.strip() else {}
+            document = json.loads(out, strict=False) if out.strip() else {}
         except json.JSONDecodeError as error:
             raise BatchError(f"qstat -F json printed something that is not JSON ({error}): "
-                             f"{result.stdout[:200]!r}") from None
-        found: dict[str, JobStatus] = {}
+                             f"{out[:200]!r}") from None
         for job_id, attributes in (document.get("Jobs") or {}).items():
             if str(attributes.get("array", "")).lower() == "true":
                 continue  # the array's parent: its subjobs are the workers
             tag = _variables(attributes.get("Variable_List")).get("HYBRID_TAG", "")
-            owner, pool, scheduler = parse_tag(tag)
-            if owner is None or (cluster is not None and owner != cluster):
-                continue
             state, reason = pbs_state(attributes)
-            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler)
-        if ids is not None:
-            return [found[j] for j in ids if j in found]
-        return list(found.values())
-
-    def remove(self, job_ids: Iterable[str]) -> None:
-        """``qdel`` exactly these jobs or subjobs; ones already gone are not an error."""
-        ids = list(job_ids)
-        if not ids:
-            return
-        result = run_command(["qdel", *ids], check=False)
-        problems = [line for line in result.stderr.splitlines()
-                    if line.strip() and not any(word in line for word in _GONE)]
-        if result.returncode != 0 and (problems or not result.stderr.strip()):
-            raise BatchError(f"qdel failed (exit {result.returncode}): "
-                             f"{(result.stderr or result.stdout).strip()}")
+            yield job_id, tag, state, reason

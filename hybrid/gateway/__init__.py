@@ -1,17 +1,13 @@
-"""hybrid and dask-gateway: the server side (configuration, scheduler preload, dev server).
+"""The analyst's side of hybrid and dask-gateway: :class:`~hybrid.gateway.client.HTCGateway`.
 
-Kept light on purpose: importing :mod:`hybrid.gateway` imports neither ``dask_gateway`` nor
-``dask_gateway_server``. The pieces live in submodules:
-
-- :mod:`hybrid.gateway.preload`: the scheduler preload that keeps external (batch) workers.
-- :mod:`hybrid.gateway.server_config`: ``dask_gateway_config.py`` and Helm values for admins.
-- :mod:`hybrid.gateway.dev`: a real dask-gateway-server on loopback (``hybrid gateway dev``).
+Kept light on purpose: importing :mod:`hybrid.gateway` imports no ``dask_gateway``; the
+client lives in :mod:`hybrid.gateway.client`. What runs in the gateway server and its
+schedulers is :mod:`hybrid.gateway_server` (for admins); both share only the SNI rule below.
 """
 
 from __future__ import annotations
 
-#: The module a gateway scheduler preloads (``dask scheduler --preload hybrid.gateway.preload``).
-PRELOAD_MODULE = "hybrid.gateway.preload"
+from typing import Any
 
 #: The gateway's TCP proxy routes TLS connections by this SNI prefix + the cluster name.
 SNI_PREFIX = "daskgateway-"
@@ -22,4 +18,12 @@ def scheduler_sni(cluster_name: str) -> str:
     return SNI_PREFIX + cluster_name
 
 
-__all__ = ["PRELOAD_MODULE", "SNI_PREFIX", "scheduler_sni"]
+def __getattr__(name: str) -> Any:
+    if name in ("HTCGateway", "HTCGatewayCluster"):
+        from hybrid.gateway import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'hybrid.gateway' has no attribute {name!r}")
+
+
+__all__ = ["SNI_PREFIX", "HTCGateway", "HTCGatewayCluster", "scheduler_sni"]

@@ -1,17 +1,19 @@
-"""Kubernetes: worker pods as a pool system, volumes and secrets, persistent volume claims.
+"""Kubernetes: worker pods as a batch system, volumes and secrets, persistent volume claims.
 
 Needs the ``kubernetes`` package (``pip install 'hybrid[kubernetes]'``) only when the API is
-contacted; rendering manifests needs nothing beyond hybrid itself.
+contacted; building and showing the pod manifests needs nothing beyond hybrid itself.
 """
 
 from hybrid.kubernetes.api import KubernetesAPIError
-from hybrid.kubernetes.pods import KubernetesPods, pod_state
+from hybrid.kubernetes.pods import KubernetesPods, KubernetesSettings, pod_state
 from hybrid.kubernetes.pvc import (
+    AccessMode,
     PersistentVolumeClaimNotBound,
     create_persistent_volume_claim,
     delete_persistent_volume_claim,
 )
 from hybrid.kubernetes.volumes import (
+    BaseKubernetesVolume,
     KubernetesEmptyDirVolume,
     KubernetesPersistentVolumeClaim,
     KubernetesSecret,
@@ -19,11 +21,14 @@ from hybrid.kubernetes.volumes import (
 )
 
 __all__ = [
+    "AccessMode",
+    "BaseKubernetesVolume",
     "KubernetesAPIError",
     "KubernetesEmptyDirVolume",
     "KubernetesPersistentVolumeClaim",
     "KubernetesPods",
     "KubernetesSecret",
+    "KubernetesSettings",
     "KubernetesVolume",
     "PersistentVolumeClaimNotBound",
     "create_persistent_volume_claim",

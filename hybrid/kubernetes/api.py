@@ -1,95 +1,37 @@
-"""What every Kubernetes module shares: name rules, quantities, the API client, API errors.
+"""What every Kubernetes module shares: the API client, API errors, names and quantities.
 
-Names and labels are checked here with the API server's own rules (DNS-1123 labels and
-subdomains, qualified label keys), so a bad value is a :class:`~hybrid.errors.ConfigurationError`
-before any request is made, not a 422 from the server.
+The API is reached through the official ``kubernetes`` client's typed calls
+(``CoreV1Api.create_namespaced_pod(namespace, body)``, ``list_namespaced_pod(...,
+label_selector=..., limit=..., _continue=...)``, ``kubernetes.watch``); every failure becomes
+a :class:`KubernetesAPIError` that names what was attempted and carries the server's words.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hybrid.errors import BatchError, ConfigurationError
 
 __all__ = [
     "KubernetesAPIError",
+    "api_errors",
     "call_api",
-    "check_dns_label",
-    "check_dns_subdomain",
-    "check_label_key",
-    "check_label_value",
-    "check_labels",
     "dns_name",
     "kubernetes_quantity",
     "load_api_client",
-    "read_json",
 ]
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-
-DNS_LABEL_RULE = "1-63 characters from a-z 0-9 -, starting and ending with a letter or digit"
-DNS_SUBDOMAIN_RULE = (
-    "1-253 characters from a-z 0-9 - ., each dot-separated part starting and ending with a "
-    "letter or digit"
+#: What to do when no configuration reaches the API.
+CONFIGURATION_FIX = (
+    "Give kube_config='/path/to/kubeconfig' (and kube_context), set KUBECONFIG, pass "
+    "api_client=..., or run inside a pod with a service account."
 )
-LABEL_VALUE_RULE = (
-    "at most 63 characters from A-Z a-z 0-9 - _ ., starting and ending with a letter or digit"
-)
-
-
-def check_dns_label(value: Any, field: str) -> str:
-    """A DNS-1123 label (namespaces, volume and container names)."""
-    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.match(value):
-        raise ConfigurationError(field, value, DNS_LABEL_RULE)
-    return value
-
-
-def check_dns_subdomain(value: Any, field: str) -> str:
-    """A DNS-1123 subdomain (pod, secret, claim, service account and storage class names)."""
-    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
-        raise ConfigurationError(field, value, DNS_SUBDOMAIN_RULE)
-    return value
-
-
-def check_label_key(value: Any, field: str) -> str:
-    """A qualified label key: ``[prefix/]name`` with a DNS subdomain prefix."""
-    accepted = ("a label key NAME or PREFIX/NAME (NAME: 1-63 characters from A-Z a-z 0-9 - _ ., "
-                "starting and ending with a letter or digit; PREFIX: a DNS subdomain)")
-    if not isinstance(value, str) or value.count("/") > 1:
-        raise ConfigurationError(field, value, accepted)
-    prefix, _, name = value.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        raise ConfigurationError(field, value, accepted)
-    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
-        raise ConfigurationError(field, value, accepted)
-    return value
-
-
-def check_label_value(value: Any, field: str) -> str:
-    """A label value: empty, or up to 63 characters starting and ending alphanumeric."""
-    if not isinstance(value, str) or len(value) > 63 or (value and not _LABEL_NAME.match(value)):
-        raise ConfigurationError(field, value, LABEL_VALUE_RULE)
-    return value
-
-
-def check_labels(labels: Mapping[str, str] | None, field: str) -> dict[str, str]:
-    """A validated copy of a label mapping."""
-    if labels is None:
-        return {}
-    if not isinstance(labels, Mapping):
-        raise ConfigurationError(field, labels, "a mapping of label keys to string values")
-    out = {}
-    for key, value in labels.items():
-        check_label_key(key, f"{field} key")
-        out[key] = check_label_value(value, f"{field}[{key!r}]")
-    return out
 
 
 def dns_name(text: str, limit: int = 63) -> str:
@@ -129,22 +71,25 @@ class KubernetesAPIError(BatchError):
         self.status = status
         self.reason = reason
 
+    def __reduce__(self):
+        return (type(self), (str(self), self.status, self.reason))
+
 
 def load_api_client(api_client: Any = None, kube_config: str | os.PathLike | None = None,
                     context: str | None = None) -> Any:
     """The ``kubernetes.client.ApiClient`` to use.
 
     ``api_client`` as given; else the kubeconfig file ``kube_config`` (and ``context``); else
-    the in-cluster service account when running in a pod; else ``~/.kube/config``
-    (or ``$KUBECONFIG``). The global ``kubernetes`` configuration is never changed.
+    the in-cluster service account when running in a pod; else ``$KUBECONFIG`` or
+    ``~/.kube/config``. The global ``kubernetes`` configuration is never changed.
     """
     try:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
     except ImportError:  # pragma: no cover - the extra is part of the test environment
         raise ConfigurationError(
-            "kubernetes", None, "the kubernetes package: pip install 'hybrid[kubernetes]'"
-        ) from None
+            "kubernetes", None, "the kubernetes package",
+            "pip install 'hybrid[kubernetes]'") from None
     if api_client is not None:
         if not isinstance(api_client, client.ApiClient):
             raise ConfigurationError("api_client", api_client, "a kubernetes.client.ApiClient")
@@ -159,11 +104,15 @@ def load_api_client(api_client: Any = None, kube_config: str | os.PathLike | Non
             context=context, persist_config=False,
         )
     except (ConfigException, OSError, TypeError, ValueError) as error:
+        from kubernetes.config import kube_config as files
+
+        where = (os.fspath(kube_config) if kube_config is not None
+                 else files.KUBE_CONFIG_DEFAULT_LOCATION)
         raise ConfigurationError(
-            "kube_config", os.fspath(kube_config) if kube_config is not None else "~/.kube/config",
-            "a readable kubeconfig file (with `context` naming one of its contexts), or an "
-            "api_client, or running inside a pod with a service account",
-            f"({error})",
+            "kube_config", where,
+            "a readable kubeconfig file" + (f" with the context {context!r}" if context else "")
+            + f" (loading it failed: {error})",
+            CONFIGURATION_FIX + " `hybrid doctor --system kubernetes` checks the result.",
         ) from None
 
 
@@ -177,16 +126,21 @@ def _status_message(body: Any) -> str:
     return json.dumps(data)[:500]
 
 
-def call_api(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a ``CoreV1Api`` method; failures become :class:`KubernetesAPIError` naming ``what``."""
+@contextlib.contextmanager
+def api_errors(what: str) -> Iterator[None]:
+    """Turn the client's failures inside the block into :class:`KubernetesAPIError`.
+
+    ``what`` says what was attempted (``"create pod x"``); the error carries the server's
+    own message, or why the server could not be reached.
+    """
     from kubernetes.client.exceptions import ApiException
     from pydantic import ValidationError
     from urllib3.exceptions import HTTPError
 
     try:
-        return function(*args, **kwargs)
+        yield
     except ApiException as error:
-        message = _status_message(error.body)
+        message = _status_message(error.body) or str(error.reason or "").strip()
         raise KubernetesAPIError(
             f"Kubernetes refused to {what} ({error.status} {error.reason}): {message}",
             status=error.status or 0, reason=error.reason,
@@ -199,9 +153,7 @@ def call_api(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any)
         raise KubernetesAPIError(f"could not reach the Kubernetes API to {what}: {error}") from None
 
 
-def read_json(response: Any) -> Any:
-    """The JSON body of a ``_preload_content=False`` response."""
-    try:
-        return json.loads(response.data)
-    finally:
-        response.release_conn()
+def call_api(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a typed ``CoreV1Api`` method; failures become :class:`KubernetesAPIError`."""
+    with api_errors(what):
+        return function(*args, **kwargs)

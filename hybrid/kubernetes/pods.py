@@ -1,60 +1,76 @@
 """Kubernetes worker pods as a batch system: one pod per worker, found again by its labels.
 
-Every pod runs the same ``dask worker`` command as a batch job
-(:meth:`hybrid.worker.WorkerOptions.argv`). Its worker name is ``<cluster>-<pool>-<pod name>``:
-the pod reads its own name through the downward API (``metadata.name`` into
+Every pod runs the worker command of :func:`hybrid.worker.worker_command`, the one every
+batch script runs, as the container's argv. Its worker name is ``<cluster>-<pool>-<pod
+name>``: the pod reads its own name through the downward API (``metadata.name`` into
 ``HYBRID_JOB_ID``), so the pool can tell which pod a connected worker lives in.
 
-Pods carry the labels ``hybrid/tag`` (:func:`hybrid.batch.base.tag_prefix`),
-``hybrid/cluster`` and ``hybrid/pool``; :meth:`KubernetesPods.query` lists them with that
-label selector. There is no staging directory on the execute side, so a TLS cluster's CA,
-certificate and key go into one Secret per cluster (mode 0400 in the pod), labelled the same
-way so that :meth:`KubernetesPods.remove_cluster` (and ``hybrid gc``) delete it.
+Pods are built as plain objects (:meth:`KubernetesPods.manifests`) and sent with the
+client's typed calls; nothing goes through a template. They carry the labels ``hybrid/tag``
+(:func:`hybrid.batch.base.tag_prefix`), ``hybrid/cluster`` and ``hybrid/pool``;
+:meth:`KubernetesPods.query` lists them with that label selector, page by page. Each cluster
+has at most one Secret of its own (:func:`cluster_secret_name`): the scheduler's address
+(annotation ``hybrid/scheduler``) and, for a TLS cluster, its CA, certificate and key, which
+the pods mount read-only (mode 0400). :meth:`KubernetesPods.cluster_closed` deletes it with
+the cluster's remaining pods and watches until they are gone.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
-import logging
-import re
-import secrets
-from collections.abc import Iterable, Mapping, Sequence
+import json
+import math
+import threading
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import distributed
-import yaml
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from hybrid import config
 from hybrid.batch.base import (
     BatchSystem,
-    JobSpec,
     JobState,
     JobStatus,
+    SystemSettings,
+    WorkerJob,
     tag_prefix,
 )
-from hybrid.errors import ConfigurationError, TemplateError
+from hybrid.errors import ConfigurationError, attach_note
+from hybrid.fields import Environment, Interval, Seconds, reject, strings, validate
 from hybrid.kubernetes.api import (
+    CONFIGURATION_FIX,
     KubernetesAPIError,
+    api_errors,
     call_api,
-    check_dns_label,
-    check_dns_subdomain,
-    check_label_key,
-    check_label_value,
-    check_labels,
     dns_name,
     kubernetes_quantity,
     load_api_client,
-    read_json,
 )
-from hybrid.kubernetes.volumes import KubernetesSecret, KubernetesVolume, check_mount_path
-from hybrid.resources import PodResources
-from hybrid.units import to_bytes, walltime_seconds
-from hybrid.worker import TLSFiles
+from hybrid.kubernetes.fields import (
+    LABEL_VALUE_RULE,
+    Bytes,
+    DNSLabel,
+    DNSSubdomain,
+    ImageReference,
+    KubeConfigPath,
+    Labels,
+    MountPath,
+    ResourceName,
+    Word,
+    label_value,
+)
+from hybrid.kubernetes.volumes import KubernetesSecret, Volume
+from hybrid.units import walltime_seconds
+from hybrid.worker import Connection, TLSFiles, read_pem, worker_command
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from hybrid.admin.doctor import CheckResult
+    from hybrid.pools import PoolSpec
 
 __all__ = [
     "ANNOTATION_SCHEDULER",
@@ -64,9 +80,11 @@ __all__ = [
     "LABEL_ROLE",
     "LABEL_TAG",
     "KubernetesPods",
+    "KubernetesSettings",
+    "cluster_secret_name",
     "escape_expansion",
     "pod_state",
-    "tls_secret_name",
+    "pod_tag",
 ]
 
 #: The image pods run when none is given: dask's own, at the version of this client.
@@ -77,11 +95,14 @@ LABEL_CLUSTER = "hybrid/cluster"
 LABEL_POOL = "hybrid/pool"
 LABEL_ROLE = "hybrid/role"
 ANNOTATION_SCHEDULER = "hybrid/scheduler"
-_RESERVED_LABELS = (LABEL_TAG, LABEL_CLUSTER, LABEL_POOL, LABEL_ROLE)
+RESERVED_LABELS = (LABEL_TAG, LABEL_CLUSTER, LABEL_POOL, LABEL_ROLE)
 
 TLS_VOLUME = "hybrid-tls"
 TLS_FILE_MODE = 0o400
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+#: Items per page when listing (the server may send fewer; ``continue`` fetches the rest).
+PAGE_SIZE = 500
+#: How long deletions may take beyond the pods' grace period before it is an error.
+DELETION_MARGIN = 30.0
 
 #: Container waiting reasons that will not clear by themselves: the pod is ``held``.
 HELD_REASONS = frozenset({
@@ -89,7 +110,6 @@ HELD_REASONS = frozenset({
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
 })
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def escape_expansion(text: str) -> str:
@@ -100,62 +120,64 @@ def escape_expansion(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def tls_secret_name(cluster: str) -> str:
-    """The name of the Secret holding a cluster's CA, certificate and key."""
-    return f"hybrid-tls-{dns_name(cluster, 52)}"
+def cluster_secret_name(cluster: str) -> str:
+    """The name of a cluster's own Secret (its scheduler address and TLS files)."""
+    return f"hybrid-cluster-{dns_name(cluster, 48)}"
 
 
-def _waiting(status: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for container in status.get(key) or ():
-            waiting = (container.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason"):
-                return waiting["reason"], waiting.get("message")
-    return None, None
-
-
-def _terminated(status: Mapping[str, Any]) -> str | None:
-    for container in status.get("containerStatuses") or ():
-        terminated = (container.get("state") or {}).get("terminated")
-        if terminated:
-            words = terminated.get("reason") or "terminated"
-            if terminated.get("exitCode") is not None:
-                words += f" (exit code {terminated['exitCode']})"
-            if terminated.get("message"):
-                words += f": {terminated['message']}"
-            return words
-    return None
-
-
+# --------------------------------------------------------------------------- pod states
 def _joined(reason: str | None, message: str | None) -> str | None:
     if reason and message:
         return f"{reason}: {message}"
     return reason or message
 
 
-def pod_state(pod: Mapping[str, Any]) -> tuple[JobState, str | None]:
-    """A pod's phase (and why it waits) as a :class:`JobState` and a reason.
+def _waiting(status: Any) -> tuple[str | None, str | None]:
+    for containers in (status.init_container_statuses, status.container_statuses):
+        for container in containers or ():
+            waiting = container.state.waiting if container.state is not None else None
+            if waiting is not None and waiting.reason:
+                return waiting.reason, waiting.message
+    return None, None
+
+
+def _terminated(status: Any) -> str | None:
+    for container in status.container_statuses or ():
+        terminated = container.state.terminated if container.state is not None else None
+        if terminated is not None:
+            words = terminated.reason or "terminated"
+            if terminated.exit_code is not None:
+                words += f" (exit code {terminated.exit_code})"
+            if terminated.message:
+                words += f": {terminated.message}"
+            return words
+    return None
+
+
+def pod_state(pod: Any) -> tuple[JobState, str | None]:
+    """A pod (``kubernetes.client.V1Pod``) as a :class:`JobState` and a reason.
 
     ``Pending`` is pending, with the container's waiting reason or the scheduler's
     ``Unschedulable`` message; a waiting reason that needs a fix (``ImagePullBackOff``,
     ``ErrImagePull``, ``CreateContainerConfigError``...) makes it ``held``. ``Running`` is
     running, ``Succeeded`` finished, ``Failed`` failed (with the pod's or the container's
     reason and exit code), ``Unknown`` pending (its node is not reporting). A pod being
-    deleted is ``removed``.
+    deleted is ``removing``: it is still there, and its worker may still be stopping.
     """
-    metadata = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    if metadata.get("deletionTimestamp"):
-        return JobState.removed, "deleted, terminating"
-    phase = status.get("phase") or "Pending"
+    if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+        return JobState.removing, "deleted, terminating"
+    status = pod.status
+    phase = (status.phase if status is not None else None) or "Pending"
+    if status is None:
+        return JobState.pending, None
     if phase == "Pending":
         reason, message = _waiting(status)
         if reason in HELD_REASONS:
             return JobState.held, _joined(reason, message)
-        for condition in status.get("conditions") or ():
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                return JobState.pending, _joined(condition.get("reason") or "Unschedulable",
-                                                 condition.get("message"))
+        for condition in status.conditions or ():
+            if condition.type == "PodScheduled" and condition.status == "False":
+                return JobState.pending, _joined(condition.reason or "Unschedulable",
+                                                 condition.message)
         if reason and reason not in _STARTING_REASONS:
             return JobState.pending, _joined(reason, message)
         return JobState.pending, reason
@@ -164,406 +186,450 @@ def pod_state(pod: Mapping[str, Any]) -> tuple[JobState, str | None]:
     if phase == "Succeeded":
         return JobState.finished, _terminated(status)
     if phase == "Failed":
-        return JobState.failed, _joined(status.get("reason"), status.get("message")) or (
-            _terminated(status))
+        return JobState.failed, _joined(status.reason, status.message) or _terminated(status)
     return JobState.pending, _joined(
-        "Unknown", status.get("message") or "the pod's node is not reporting its state")
+        "Unknown", status.message or "the pod's node is not reporting its state")
 
 
-def _check_mapping_list(value: Any, field: str) -> list[dict[str, Any]]:
+# --------------------------------------------------------------------------- settings
+def _pod_environment(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if name.startswith("HYBRID_"):
+            raise reject(f"variable names not starting with HYBRID_ (not {name!r}: hybrid "
+                         "sets those in every pod)")
+    return env
+
+
+def _pod_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key in labels:
+        if key in RESERVED_LABELS:
+            raise reject(f"label keys other than {', '.join(RESERVED_LABELS)} (not {key!r}: "
+                         "hybrid sets those itself)")
+    return labels
+
+
+def _json_mapping(value: Any) -> Any:
     if value is None:
-        return []
-    if not isinstance(value, Sequence) or isinstance(value, (str, bytes)) or not all(
-            isinstance(item, Mapping) for item in value):
-        raise ConfigurationError(field, value, "a list of mappings")
-    return [copy.deepcopy(dict(item)) for item in value]
+        return None
+    if not isinstance(value, Mapping):
+        raise reject("a Kubernetes affinity mapping, e.g. {'nodeAffinity': {...}}, or None")
+    try:
+        return json.loads(json.dumps(dict(value)))
+    except (TypeError, ValueError):
+        raise reject("a mapping of plain JSON values (strings, numbers, lists, mappings)") \
+            from None
 
 
+def _tolerations(value: Any) -> Any:
+    if value is None:
+        return ()
+    accepted = ("a list of Kubernetes toleration mappings, e.g. [{'key': 'nvidia.com/gpu', "
+                "'operator': 'Exists', 'effect': 'NoSchedule'}]")
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise reject(accepted)
+    items = tuple(value)
+    if not all(isinstance(item, Mapping) for item in items):
+        raise reject(accepted)
+    return tuple(_json_mapping(item) for item in items)
+
+
+def _volume_list(value: Any) -> Any:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, Mapping)) or hasattr(value, "volume") or not hasattr(
+            value, "__iter__"):
+        raise reject("a list of volumes (wrap a single one in [...])")
+    return tuple(value)
+
+
+def _names(value: Any) -> Any:
+    return strings(True, "secret names")(value)
+
+
+class KubernetesSettings(SystemSettings):
+    """``hybrid.batch.kubernetes``: the pods' image, namespace and API, and what each pod
+    gets beyond the pool's numbers (affinity, tolerations, storage, volumes, secrets)."""
+
+    image: ImageReference = Field(
+        DEFAULT_IMAGE, description="The image that runs the worker; it needs ``python`` with "
+        "``distributed``. Default: ``ghcr.io/dask/dask`` at this distributed's version.")
+    namespace: DNSLabel = Field("default", description="The namespace of the pods.")
+    env: Annotated[Environment, AfterValidator(_pod_environment)] = Field(
+        {}, description="Environment variables of every pod (a pool's ``env`` adds to "
+        "them; names starting ``HYBRID_`` are hybrid's).")
+    labels: Annotated[Labels, AfterValidator(_pod_labels)] = Field(
+        {}, description="Labels of every pod, besides hybrid's own ``hybrid/...``.")
+    node_selector: Labels = Field({}, description="Node labels the pods need.")
+    service_account: DNSSubdomain | None = Field(
+        None, description="The pods' service account.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        None, description="``Always``, ``IfNotPresent`` or ``Never``.")
+    image_pull_secrets: Annotated[tuple[DNSSubdomain, ...], BeforeValidator(_names)] = Field(
+        (), description="Secrets holding registry credentials, by name.")
+    gpu_resource_name: ResourceName = Field(
+        "nvidia.com/gpu", description="The extended resource GPUs are requested as.")
+    tls_mount_path: MountPath = Field(
+        "/etc/hybrid/tls", description="Where the pods find a TLS cluster's files.")
+    python: Word = Field(
+        "python", description="The image's python (a pool's own ``python`` wins).")
+    request_timeout: Interval = Field(30.0, description="Seconds one API request may take.")
+    termination_grace_period: Seconds = Field(
+        10, description="Between SIGTERM and SIGKILL when a pod is deleted.")
+    kube_config: KubeConfigPath | None = Field(
+        None, description="The kubeconfig file. Default: the in-cluster service account, "
+        "else ``$KUBECONFIG``, else ``~/.kube/config``.")
+    kube_context: Word | None = Field(None, description="The kubeconfig's context.")
+    affinity: Annotated[dict[str, Any], BeforeValidator(_json_mapping)] | None = Field(
+        None, description="The pods' ``affinity`` (``PodResources.affinity_specification``).")
+    tolerations: Annotated[tuple[dict[str, Any], ...], BeforeValidator(_tolerations)] = Field(
+        (), description="The pods' ``tolerations`` (``PodResources.tolerations``).")
+    ephemeral_storage: Bytes | None = Field(
+        None, description="Each pod's ``ephemeral-storage`` request and limit "
+        "(``PodResources.ephemeral_storage_limit``).")
+    volumes: Annotated[tuple[Volume, ...], BeforeValidator(_volume_list)] = Field(
+        (), description="Claims, scratch directories and secrets every pod mounts.")
+    secrets: Annotated[tuple[KubernetesSecret, ...], BeforeValidator(_volume_list)] = Field(
+        (), description="Secrets every pod mounts.")
+
+    @model_validator(mode="after")
+    def _distinct_mounts(self) -> KubernetesSettings:
+        names: dict[str, Any] = {}
+        paths: dict[str, Any] = {}
+        for index, item in enumerate((*self.volumes, *self.secrets)):
+            field = (f"volumes[{index}]" if index < len(self.volumes)
+                     else f"secrets[{index - len(self.volumes)}]")
+            if item.volume_name == TLS_VOLUME or item.mount_path == self.tls_mount_path:
+                raise reject(f"a volume name other than {TLS_VOLUME!r} and a mount path other "
+                             f"than {self.tls_mount_path!r} (hybrid's TLS files)",
+                             field=field, value=item)
+            if names.get(item.volume_name, item) != item:
+                raise reject("a volume name used by no other volume",
+                             field=f"{field}.name", value=item.name)
+            if paths.get(item.mount_path, item) != item:
+                raise reject("a mount path used by no other volume",
+                             field=f"{field}.mount_path", value=item.mount_path)
+            names[item.volume_name] = paths[item.mount_path] = item
+        return self
+
+    def mounted(self) -> list[Any]:
+        """The volumes and secrets, each once, in order."""
+        return list(dict.fromkeys((*self.volumes, *self.secrets)))
+
+
+#: Settings that say where the pods are, not what they are: a pool cannot change them.
+_PLACE = ("namespace", "kube_config", "kube_context")
+
+#: Pool options a pod cannot apply: (option, what is accepted, the fix).
+_REFUSED = (
+    ("queue", "no queue: Kubernetes pods have none",
+     "Choose nodes with the system options node_selector, affinity or tolerations."),
+    ("account", "no account: Kubernetes pods have none", "Leave it out."),
+    ("job_extra_directives", "no batch directives: pods are built as objects",
+     "Use the system options (labels, node_selector, service_account...)."),
+    ("job_script_prologue", "no setup commands: the pod runs the worker directly",
+     "Build the setup into the image."),
+    ("container_image", "no container image: each pod runs the system's image",
+     "Give image=... to KubernetesPods (or hybrid.batch.kubernetes.image); a site-wide "
+     "hybrid.worker.container.image must be unset for Kubernetes pools."),
+    ("pixi_project", "no pixi project: each pod runs its image's python",
+     "Build the environment into the image."),
+    ("conda_env", "no conda environment: each pod runs its image's python",
+     "Build the environment into the image, or give python=... (the image's python)."),
+)
+
+
+# --------------------------------------------------------------------------- the system
 class KubernetesPods(BatchSystem):
-    """Worker pods in one namespace of a Kubernetes cluster.
+    """Worker pods in one namespace of a Kubernetes cluster (``system="kubernetes"``).
 
-    ``image`` runs the worker (it needs ``python`` with ``distributed`` on its ``PATH``,
-    or give ``python``). ``pod_resources`` gives each pod its CPU, memory, GPU and
-    ephemeral-storage requests and limits (equal, for Guaranteed QoS), its affinity and its
-    tolerations; it must describe the same worker as the pool's resources. Each pool has its
-    own instance, so one group's affinity and tolerations never reach another's pods.
-
-    The API is reached through ``api_client`` (a ``kubernetes.client.ApiClient``), else the
-    kubeconfig ``kube_config`` (``kube_context``), else the in-cluster service account, else
-    ``~/.kube/config``; nothing is contacted until the first submit or query.
+    The settings are those of :class:`KubernetesSettings` (the configuration section
+    ``hybrid.batch.kubernetes``). The API is reached through ``api_client`` (a
+    ``kubernetes.client.ApiClient``), else the kubeconfig ``kube_config`` (``kube_context``),
+    else the in-cluster service account, else ``$KUBECONFIG`` or ``~/.kube/config``; nothing
+    is contacted until the first submit or query.
     """
 
     name = "kubernetes"
-    template = "pod.yaml.j2"
+    template = "pods.yaml"  # not a Jinja template: pods are built as objects
     ships_files = True
+    Settings = KubernetesSettings
+    settings: KubernetesSettings
 
-    def __init__(
-        self,
-        image: str = DEFAULT_IMAGE,
-        namespace: str = "default",
-        env: Mapping[str, str] | None = None,
-        volumes: Iterable[KubernetesVolume] = (),
-        secrets: Iterable[KubernetesSecret] = (),
-        pod_resources: PodResources | None = None,
-        labels: Mapping[str, str] | None = None,
-        node_selector: Mapping[str, str] | None = None,
-        service_account: str | None = None,
-        image_pull_policy: str | None = None,
-        image_pull_secrets: Sequence[str] = (),
-        gpu_resource_name: str = "nvidia.com/gpu",
-        tls_mount_path: str = "/etc/hybrid/tls",
-        python: str = "python",
-        api_client: Any = None,
-        kube_config: str | Path | None = None,
-        kube_context: str | None = None,
-        request_timeout: float = 30,
-    ):
-        if not isinstance(image, str) or not image.strip() or any(
-                c.isspace() or ord(c) < 32 for c in image):
-            raise ConfigurationError("KubernetesPods.image", image,
-                                     'an image reference without spaces, e.g. "ghcr.io/dask/dask"')
-        self.image = image
-        self.namespace = check_dns_label(namespace, "KubernetesPods.namespace")
-        self.env = self._check_env(env)
-        self.volumes = self._check_volumes(volumes, secrets, tls_mount_path)
-        if pod_resources is not None and not isinstance(pod_resources, PodResources):
-            raise ConfigurationError("KubernetesPods.pod_resources", pod_resources,
-                                     "a hybrid.resources.PodResources or None")
-        self.pod_resources = copy.deepcopy(pod_resources)
-        self.labels = check_labels(labels, "KubernetesPods.labels")
-        for key in self.labels:
-            if key in _RESERVED_LABELS:
-                raise ConfigurationError("KubernetesPods.labels", key,
-                                         f"a label key other than {', '.join(_RESERVED_LABELS)} "
-                                         "(hybrid sets those itself)")
-        self.node_selector = check_labels(node_selector, "KubernetesPods.node_selector")
-        self.service_account = None if service_account is None else check_dns_subdomain(
-            service_account, "KubernetesPods.service_account")
-        if image_pull_policy is not None and image_pull_policy not in PULL_POLICIES:
-            raise ConfigurationError("KubernetesPods.image_pull_policy", image_pull_policy,
-                                     f"one of {', '.join(PULL_POLICIES)} or None")
-        self.image_pull_policy = image_pull_policy
-        if isinstance(image_pull_secrets, str):
-            image_pull_secrets = [image_pull_secrets]
-        self.image_pull_secrets = [check_dns_subdomain(s, "KubernetesPods.image_pull_secrets")
-                                   for s in image_pull_secrets]
-        check_label_key(gpu_resource_name, "KubernetesPods.gpu_resource_name")
-        if "/" not in gpu_resource_name:
-            raise ConfigurationError("KubernetesPods.gpu_resource_name", gpu_resource_name,
-                                     'an extended resource name with a domain, e.g. '
-                                     '"nvidia.com/gpu" or "amd.com/gpu"')
-        self.gpu_resource_name = gpu_resource_name
-        self.tls_mount_path = check_mount_path(tls_mount_path, "KubernetesPods.tls_mount_path")
-        if not isinstance(python, str) or not python.strip() or "\n" in python:
-            raise ConfigurationError("KubernetesPods.python", python,
-                                     'the python command in the image, e.g. "python"')
-        self.python = python
-        if isinstance(request_timeout, bool) or not isinstance(request_timeout, (int, float)) or (
-                request_timeout <= 0):
-            raise ConfigurationError("KubernetesPods.request_timeout", request_timeout,
-                                     "a number of seconds > 0")
-        self.request_timeout = float(request_timeout)
+    def __init__(self, api_client: Any = None, **settings: Any):
+        super().__init__(**settings)
         self._api_client = load_api_client(api_client) if api_client is not None else None
-        self._kube_config = kube_config
-        self._kube_context = kube_context
         self._core: Any = None
+        self._lock = threading.Lock()
+        self._secrets_made: set[tuple[str, str]] = set()
 
-    # ------------------------------------------------------------------ validation
-    @staticmethod
-    def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
-        if env is None:
+    # ------------------------------------------------------------------ pools
+    @classmethod
+    def options_from_resources(cls, resources: Any) -> dict[str, Any]:
+        """A ``PodResources``' affinity, tolerations and ephemeral storage."""
+        from hybrid.resources import PodResources
+        from hybrid.units import to_bytes
+
+        if not isinstance(resources, PodResources):
             return {}
-        if not isinstance(env, Mapping):
-            raise ConfigurationError("KubernetesPods.env", env, "a mapping of names to strings")
-        out = {}
-        for name, value in env.items():
-            if not isinstance(name, str) or not _ENV_NAME.match(name):  # as JobSpec checks
-                raise ConfigurationError("KubernetesPods.env", name,
-                                         "environment variable names matching "
-                                         "[A-Za-z_][A-Za-z0-9_]*")
-            if name.startswith("HYBRID_"):
-                raise ConfigurationError("KubernetesPods.env", name,
-                                         "a name not starting with HYBRID_ (hybrid sets those)")
-            if not isinstance(value, str):
-                raise ConfigurationError(f"KubernetesPods.env[{name!r}]", value, "a string value")
-            out[name] = value
-        return out
+        options: dict[str, Any] = {}
+        if resources.affinity_specification is not None:
+            options["affinity"] = copy.deepcopy(resources.affinity_specification)
+        if resources.tolerations:
+            options["tolerations"] = copy.deepcopy(resources.tolerations)
+        storage = to_bytes(resources.ephemeral_storage_limit)
+        if storage:
+            options["ephemeral_storage"] = f"{storage} B"
+        return options
 
-    @staticmethod
-    def _check_volumes(volumes: Iterable[KubernetesVolume], secrets: Iterable[KubernetesSecret],
-                       tls_mount_path: str) -> list[KubernetesVolume]:
-        if isinstance(volumes, KubernetesVolume) or isinstance(secrets, KubernetesVolume):
-            raise ConfigurationError("KubernetesPods.volumes", volumes,
-                                     "a list of volumes (wrap a single one in [...])")
-        checked: list[KubernetesVolume] = []
-        for field, items, kind in (("volumes", volumes or (), KubernetesVolume),
-                                   ("secrets", secrets or (), KubernetesSecret)):
-            for item in items:
-                if not isinstance(item, kind):
-                    raise ConfigurationError(f"KubernetesPods.{field}", item,
-                                             f"{kind.__name__} objects")
-                checked.append(item)
-        names: dict[str, KubernetesVolume] = {}
-        paths: dict[str, KubernetesVolume] = {}
-        for item in checked:
-            if item.volume_name == TLS_VOLUME or item.mount_path == tls_mount_path:
-                raise ConfigurationError(f"{type(item).__name__}", item,
-                                         f"a volume name other than {TLS_VOLUME!r} and a mount "
-                                         f"path other than {tls_mount_path!r} (hybrid's TLS files)")
-            if item.volume_name in names and names[item.volume_name] != item:
-                raise ConfigurationError(f"{type(item).__name__}.name", item.name,
-                                         "a volume name used by no other volume")
-            if item.mount_path in paths and paths[item.mount_path] != item:
-                raise ConfigurationError(f"{type(item).__name__}.mount_path", item.mount_path,
-                                         "a mount path used by no other volume")
-            names[item.volume_name] = item
-            paths[item.mount_path] = item
-        return list(dict.fromkeys(checked))
-
-    def _check_spec(self, spec: JobSpec) -> None:
-        """Refuse what a pod cannot do, and a pod_resources that is not the pool's worker."""
-        for label, value in (("queue", spec.queue), ("account", spec.account)):
-            if value is not None:
-                raise ConfigurationError(label, value, "None: Kubernetes pods have no "
-                                         f"{label}; use namespace, labels or node_selector")
-        if spec.job_extra_directives:
-            raise ConfigurationError("job_extra_directives", list(spec.job_extra_directives),
-                                     "no batch directives for Kubernetes pods")
-        if spec.prologue:
-            raise ConfigurationError("job_script_prologue", list(spec.prologue),
-                                     "no setup commands for Kubernetes pods: the pod runs the "
-                                     "worker directly, so build the setup into the image")
+    @classmethod
+    def check_spec(cls, spec: PoolSpec) -> None:
+        """Refuse what a pod cannot do: queues, directives, setup commands, another
+        environment than the image's, and ``HYBRID_`` variables."""
+        for option, accepted, fix in _REFUSED:
+            value = getattr(spec, option)
+            if value not in (None, ()):
+                raise reject(accepted, fix, field=option,
+                             value=list(value) if isinstance(value, tuple) else value)
         for name in spec.env:
             if name.startswith("HYBRID_"):
-                raise ConfigurationError("env", name,
-                                         "a name not starting with HYBRID_ (hybrid sets those)")
-        for label, value in (("cluster name", spec.cluster), ("pool name", spec.pool),
-                             ("hybrid.batch.tag", tag_prefix())):
-            check_label_value(value, f"{label} (a Kubernetes label value)")
-        resources = self.pod_resources
-        if resources is not None:
-            differences = []
-            if spec.cores != resources.number_of_threads:
-                differences.append(f"threads {spec.cores} != {resources.number_of_threads}")
-            if spec.gpus != resources.number_of_gpus:
-                differences.append(f"GPUs {spec.gpus} != {resources.number_of_gpus}")
-            if (spec.memory or 0) != resources.memory_bytes:
-                differences.append(f"memory {spec.memory or 0} != {resources.memory_bytes} bytes")
-            if differences:
+                raise reject(f"variable names not starting with HYBRID_ (not {name!r}: "
+                             "hybrid sets those in every pod)", field="env", value=name)
+
+    def pod_settings(self, spec: PoolSpec) -> KubernetesSettings:
+        """This system's settings with the pool's own (its resources' affinity...)."""
+        settings = validate(self.Settings, {**self.options(), **spec.system_options},
+                            prefix=f"add_pool({spec.name!r}).system_options.")
+        for key in _PLACE:
+            if getattr(settings, key) != getattr(self.settings, key):
                 raise ConfigurationError(
-                    "KubernetesPods.pod_resources", resources,
-                    "the worker the pool describes (" + "; ".join(differences) + ")",
-                    "Pass the same PodResources to add_pool(resources=...).")
+                    f"add_pool({spec.name!r}).system_options.{key}", getattr(settings, key),
+                    f"the system's own {key} ({getattr(self.settings, key)!r})",
+                    "Give a pool in another place its own KubernetesPods.")
+        return settings
 
     # ------------------------------------------------------------------ rendering
     def job_paths(self, staging: Path) -> TLSFiles:
         """Where the pod finds the TLS files: the cluster's Secret, mounted read-only."""
-        mount = self.tls_mount_path
+        return self._tls_paths(self.settings)
+
+    @staticmethod
+    def _tls_paths(settings: KubernetesSettings) -> TLSFiles:
+        mount = settings.tls_mount_path
         return TLSFiles(f"{mount}/ca.pem", f"{mount}/cert.pem", f"{mount}/key.pem")
 
-    def pod_names(self, spec: JobSpec, count: int) -> list[str]:
+    def pod_names(self, job: WorkerJob, count: int) -> list[str]:
         """``count`` new pod names ``<cluster>-<pool>-<random>`` (DNS-1123 labels)."""
-        base = dns_name(f"{spec.cluster}-{spec.pool}", 54)
+        import secrets
+
+        base = dns_name(f"{job.cluster}-{job.pool}", 54)
         return [f"{base}-{secrets.token_hex(4)}" for _ in range(count)]
 
-    def pod_labels(self, spec: JobSpec) -> dict[str, str]:
+    def labels(self, job: WorkerJob, settings: KubernetesSettings) -> dict[str, str]:
         """The labels every pod of this pool carries."""
-        return {**self.labels, LABEL_TAG: tag_prefix(), LABEL_CLUSTER: spec.cluster,
-                LABEL_POOL: spec.pool}
+        return {**settings.labels, LABEL_TAG: pod_tag(), LABEL_CLUSTER: job.cluster,
+                LABEL_POOL: job.pool}
 
-    def container_resources(self, spec: JobSpec) -> dict[str, dict[str, str]]:
-        """Requests and limits (equal): CPU, memory, ephemeral storage, GPUs."""
+    def _container(self, job: WorkerJob, settings: KubernetesSettings) -> dict[str, Any]:
+        spec = job.spec
+        tls = self._tls_paths(settings) if job.connection.tls is not None else None
+        # A configured contact address names one host; each pod has its own address.
+        command = worker_command(spec.model_copy(update={"contact_address": None}),
+                                 job.connection, tls)
+        argv = replace(command, python=spec.python or settings.python).argv()
+        env: list[dict[str, Any]] = [
+            {"name": "HYBRID_JOB_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "HYBRID_WORKER_NAME",
+             "value": escape_expansion(job.name_prefix) + "-$(HYBRID_JOB_ID)"},
+        ]
+        variables = {**config.worker_dask_environment(), **settings.env, **spec.env}
+        env += [{"name": k, "value": escape_expansion(v)} for k, v in variables.items()]
         amounts = {"cpu": str(spec.cores)}
         if spec.memory:
             amounts["memory"] = kubernetes_quantity(spec.memory)
-        if self.pod_resources is not None:
-            storage = to_bytes(self.pod_resources.ephemeral_storage_limit)
-            if storage:
-                amounts["ephemeral-storage"] = kubernetes_quantity(storage)
+        if settings.ephemeral_storage:
+            amounts["ephemeral-storage"] = kubernetes_quantity(settings.ephemeral_storage)
         if spec.gpus:
-            amounts[self.gpu_resource_name] = str(spec.gpus)
-        return {"requests": dict(amounts), "limits": dict(amounts)}
-
-    def _pod_spec(self, spec: JobSpec) -> JobSpec:
-        """The spec with the worker as a pod runs it: the image's python, no host container.
-
-        A configured contact address names one host; each pod has its own, so it is dropped.
-        """
-        worker = replace(spec.worker, python=spec.worker.python or self.python, container=None,
-                         contact_address=None)
-        if worker.tls is not None:
-            worker = replace(worker, tls=self.job_paths(Path(".")))
-        return replace(spec, worker=worker)
-
-    def context(self, spec: JobSpec, staging: Path, count: int) -> dict[str, Any]:
-        """Template variables: the shared ones plus the pod's pieces, ready for ``json``."""
-        self._check_spec(spec)
-        spec = self._pod_spec(spec)
-        context = super().context(spec, staging, count)
-        env = {**config.worker_dask_environment(), **self.env, **spec.env}
-        container_env: list[dict[str, Any]] = [
-            {"name": "HYBRID_JOB_ID",
-             "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "HYBRID_WORKER_NAME", "value": f"{spec.name_prefix}-$(HYBRID_JOB_ID)"},
-        ]
-        container_env += [{"name": k, "value": escape_expansion(v)} for k, v in env.items()]
-        command = [escape_expansion(str(word)) for word in context["command"]]
-        command += ["--name", "$(HYBRID_WORKER_NAME)"]
-        volumes = [v.volume() for v in self.volumes]
-        mounts = [v.mount() for v in self.volumes]
-        tls_secret = None
-        if spec.worker.tls is not None:
-            tls_secret = tls_secret_name(spec.cluster)
-            volumes.append({"name": TLS_VOLUME, "secret": {"secretName": tls_secret,
-                                                           "defaultMode": TLS_FILE_MODE}})
-            mounts.append({"name": TLS_VOLUME, "mountPath": self.tls_mount_path,
+            amounts[settings.gpu_resource_name] = str(spec.gpus)
+        container: dict[str, Any] = {
+            "name": "worker", "image": settings.image,
+            "command": [escape_expansion(w) for w in argv] + ["--name", "$(HYBRID_WORKER_NAME)"],
+            "env": env, "resources": {"requests": dict(amounts), "limits": dict(amounts)}}
+        if settings.image_pull_policy:
+            container["imagePullPolicy"] = settings.image_pull_policy
+        mounts = [v.mount() for v in settings.mounted()]
+        if tls is not None:
+            mounts.append({"name": TLS_VOLUME, "mountPath": settings.tls_mount_path,
                            "readOnly": True})
-        resources = self.pod_resources
-        deadline = walltime_seconds(spec.walltime) if spec.walltime else spec.lease_seconds
-        context.update(
-            pod_names=self.pod_names(spec, count),
-            namespace=self.namespace,
-            labels=self.pod_labels(spec),
-            annotations={ANNOTATION_SCHEDULER: spec.worker.scheduler_address},
-            image=self.image,
-            image_pull_policy=self.image_pull_policy,
-            image_pull_secrets=[{"name": name} for name in self.image_pull_secrets],
-            service_account=self.service_account,
-            node_selector=dict(self.node_selector),
-            affinity=copy.deepcopy(resources.affinity_specification) if resources else None,
-            tolerations=copy.deepcopy(resources.tolerations) if resources else None,
-            container_command=command,
-            container_env=container_env,
-            container_resources=self.container_resources(spec),
-            volume_mounts=mounts,
-            pod_volumes=volumes,
-            tls_secret=tls_secret,
-            active_deadline_seconds=deadline,
-        )
-        return context
+        if mounts:
+            container["volumeMounts"] = mounts
+        return container
 
-    def manifests(self, spec: JobSpec, staging: Path, count: int = 1) -> list[dict[str, Any]]:
-        """The rendered pods as objects (the YAML of :meth:`render`, parsed)."""
-        text = self.render(spec, staging, count)
-        try:
-            documents = [d for d in yaml.safe_load_all(text) if d is not None]
-        except yaml.YAMLError as error:
-            raise TemplateError(
-                f"job template {self.template!r} is not valid YAML: {error}") from None
-        for document in documents:
-            if not isinstance(document, dict) or document.get("kind") != "Pod":
-                raise TemplateError(f"job template {self.template!r} must render Pod documents "
-                                    f"only, not {str(document)[:80]!r}")
-        if len(documents) != count:
-            raise TemplateError(f"job template {self.template!r} rendered {len(documents)} pods "
-                                f"for {count} workers")
-        return documents
+    def manifests(self, job: WorkerJob, count: int = 1) -> list[dict[str, Any]]:
+        """The ``count`` pods a submission creates, as objects (nothing is contacted)."""
+        settings = self.pod_settings(job.spec)
+        spec = job.spec
+        pod: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": settings.termination_grace_period,
+            "activeDeadlineSeconds": (walltime_seconds(spec.walltime) if spec.walltime
+                                      else spec.lease),
+            "containers": [self._container(job, settings)],
+        }
+        if settings.service_account:
+            pod["serviceAccountName"] = settings.service_account
+        if settings.image_pull_secrets:
+            pod["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+        if settings.node_selector:
+            pod["nodeSelector"] = dict(settings.node_selector)
+        if settings.affinity:
+            pod["affinity"] = settings.affinity
+        if settings.tolerations:
+            pod["tolerations"] = list(settings.tolerations)
+        volumes = [v.volume() for v in settings.mounted()]
+        if job.connection.tls is not None:
+            volumes.append({"name": TLS_VOLUME, "secret": {
+                "secretName": cluster_secret_name(job.cluster), "defaultMode": TLS_FILE_MODE}})
+        if volumes:
+            pod["volumes"] = volumes
+        template = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "namespace": settings.namespace, "labels": self.labels(job, settings),
+            "annotations": {ANNOTATION_SCHEDULER: job.connection.scheduler_address}},
+            "spec": pod}
+        pods = []
+        for name in self.pod_names(job, count):
+            document = copy.deepcopy(template)  # no object shared between pods
+            document["metadata"] = {"name": name, **document["metadata"]}
+            pods.append(document)
+        return pods
+
+    def render(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
+        """The pods as YAML documents, for reading."""
+        import yaml
+
+        return yaml.safe_dump_all(self.manifests(job, count), sort_keys=False,
+                                  explicit_start=True)
+
+    def job_files(self, job: WorkerJob, staging: Path, count: int = 1) -> dict[str, str]:
+        """The pod manifests (YAML), and where a TLS cluster's files come from."""
+        text = self.render(job, staging, count)
+        if job.connection.tls is not None:
+            text = (f"# The cluster's TLS files travel in the Secret "
+                    f"{cluster_secret_name(job.cluster)}, created on the first submission.\n"
+                    + text)
+        return {"pods.yaml": text}
 
     # ------------------------------------------------------------------ the API
     @property
     def core(self) -> Any:
         """The ``CoreV1Api`` (the client is loaded on first use)."""
-        if self._core is None:
-            from kubernetes import client
+        with self._lock:
+            if self._core is None:
+                from kubernetes import client
 
-            api_client = self._api_client or load_api_client(
-                None, self._kube_config, self._kube_context)
-            self._api_client = api_client
-            self._core = client.CoreV1Api(api_client)
-        return self._core
+                if self._api_client is None:
+                    self._api_client = load_api_client(None, self.settings.kube_config,
+                                                       self.settings.kube_context)
+                self._core = client.CoreV1Api(self._api_client)
+            return self._core
+
+    def connect(self) -> None:
+        """Load the API client now: a missing kubeconfig is a clear error here."""
+        _ = self.core
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_request_timeout", self.request_timeout)
+        kwargs.setdefault("_request_timeout", self.settings.request_timeout)
         return call_api(what, getattr(self.core, method), *args, **kwargs)
 
-    def _list(self, what: str, method: str, selector: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
+    def _where(self) -> str:
+        return f"in namespace {self.settings.namespace}"
+
+    def _list(self, kind: str, selector: str) -> tuple[list[Any], str | None]:
+        """Every object of ``kind`` (``pod``, ``secret``) matching ``selector``, page by
+        page; and the list's resource version (where a watch starts)."""
+        items: list[Any] = []
         token = None
         while True:
-            extra = {"_continue": token} if token else {}
-            page = read_json(self._call(what, method, self.namespace, label_selector=selector,
-                                        limit=500, _preload_content=False, **extra))
-            items += page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
+            page = self._call(f"list {kind}s {self._where()}", f"list_namespaced_{kind}",
+                              self.settings.namespace, label_selector=selector,
+                              limit=PAGE_SIZE, **({"_continue": token} if token else {}))
+            items += page.items or []
+            token = page.metadata._continue if page.metadata is not None else None
             if not token:
-                return items
+                return items, page.metadata.resource_version if page.metadata else None
 
-    def _selector(self, cluster: str | None = None, pool: str | None = None) -> str:
-        words = [f"{LABEL_TAG}={tag_prefix()}"]
+    def _selector(self, cluster: str | None = None, role: str | None = None) -> str:
+        words = [f"{LABEL_TAG}={pod_tag()}"]
         if cluster is not None:
-            words.append(f"{LABEL_CLUSTER}={check_label_value(cluster, 'cluster name')}")
-        if pool is not None:
-            words.append(f"{LABEL_POOL}={check_label_value(pool, 'pool name')}")
+            words.append(f"{LABEL_CLUSTER}={cluster}")
+        if role is not None:
+            words.append(f"{LABEL_ROLE}={role}")
         return ",".join(words)
 
-    def ensure_tls_secret(self, spec: JobSpec) -> str | None:
-        """Create (or update) the cluster's TLS Secret from ``spec.tls_source``; its name."""
-        source = spec.tls_source
-        if source is None:
-            if spec.worker.tls is not None:
-                raise ConfigurationError(
-                    "tls_source", None, "the CA, certificate and key files of a TLS worker, so "
-                    "that submit can put them in the cluster's Secret (pods have no staging "
-                    "directory)")
-            return None
-        name = tls_secret_name(spec.cluster)
-        data = {}
-        for key, path in (("ca.pem", source.ca), ("cert.pem", source.cert),
-                          ("key.pem", source.key)):
-            try:
-                data[key] = base64.b64encode(Path(path).read_bytes()).decode()
-            except OSError as error:
-                raise ConfigurationError("tls", path, f"a readable certificate or key file "
-                                         f"({error.strerror})") from None
-        body = {
+    def ensure_cluster_secret(self, cluster: str, connection: Connection) -> str:
+        """Create (or update) the cluster's Secret: the scheduler's address and, for TLS,
+        the CA, certificate and key (PEM text, or files on this host). Returns its name."""
+        name = cluster_secret_name(cluster)
+        key = (cluster, connection.scheduler_address)
+        if key in self._secrets_made:
+            return name
+        body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": self.namespace,
-                         "labels": {LABEL_TAG: tag_prefix(), LABEL_CLUSTER: spec.cluster,
-                                    LABEL_ROLE: "tls"}},
-            "data": data,
-        }
+            "metadata": {"name": name, "namespace": self.settings.namespace,
+                         "labels": {LABEL_TAG: pod_tag(), LABEL_CLUSTER: cluster,
+                                    LABEL_ROLE: "cluster"},
+                         "annotations": {ANNOTATION_SCHEDULER: connection.scheduler_address}}}
+        if connection.tls is not None:
+            tls = connection.tls
+            body["data"] = {file: base64.b64encode(read_pem(source)).decode()
+                            for file, source in (("ca.pem", tls.ca), ("cert.pem", tls.cert),
+                                                 ("key.pem", tls.key))}
         try:
-            read_json(self._call(f"create the TLS secret {name}", "create_namespaced_secret",
-                                 self.namespace, body, _preload_content=False))
+            self._call(f"create the secret {name} {self._where()}", "create_namespaced_secret",
+                       self.settings.namespace, body)
         except KubernetesAPIError as error:
             if error.status != 409:
                 raise
-            read_json(self._call(f"update the TLS secret {name}", "replace_namespaced_secret",
-                                 name, self.namespace, body, _preload_content=False))
+            self._call(f"update the secret {name} {self._where()}", "replace_namespaced_secret",
+                       name, self.settings.namespace, body)
+        self._secrets_made.add(key)
         return name
 
-    def submit(self, spec: JobSpec, staging: Path, count: int) -> list[str]:
-        """Create ``count`` pods (the cluster's TLS Secret first); return their names.
+    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
+        """Create ``count`` pods (a TLS cluster's Secret first); return their names.
 
         If one pod is refused, those already created are deleted again before the error is
         raised, so a submission happens entirely or not at all.
         """
-        documents = self.manifests(spec, staging, count)
-        self.ensure_tls_secret(spec)
+        pods = self.manifests(job, count)
+        if job.connection.tls is not None:
+            self.ensure_cluster_secret(job.cluster, job.connection)
         created: list[str] = []
         try:
-            for document in documents:
-                name = document["metadata"]["name"]
-                read_json(self._call(f"create pod {name}", "create_namespaced_pod",
-                                     self.namespace, document, _preload_content=False))
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                self._call(f"create pod {name} {self._where()}", "create_namespaced_pod",
+                           self.settings.namespace, pod)
                 created.append(name)
-        except BaseException:
+        except BaseException as error:
             if created:
                 try:
                     self.remove(created)
-                except Exception as error:  # report the first failure, not this one
-                    logger.warning("could not delete the pods of a failed submission %s: %s",
-                                   created, error)
+                except Exception as cleanup:
+                    attach_note(error, f"the pods created before it ({', '.join(created)}) "
+                                       f"could not be deleted: {cleanup}")
             raise
         return created
 
-    def _status(self, pod: Mapping[str, Any]) -> JobStatus:
-        metadata = pod.get("metadata") or {}
-        labels = metadata.get("labels") or {}
+    def _status(self, pod: Any) -> JobStatus:
+        metadata = pod.metadata
+        labels = metadata.labels or {}
         state, reason = pod_state(pod)
-        return JobStatus(metadata.get("name", ""), state, reason, labels.get(LABEL_CLUSTER),
+        if state is JobState.failed:
+            reason = (f"{reason or 'failed'}; `kubectl logs -n {self.settings.namespace} "
+                      f"{metadata.name}` shows its output")
+        return JobStatus(metadata.name, state, reason, labels.get(LABEL_CLUSTER),
                          labels.get(LABEL_POOL),
-                         (metadata.get("annotations") or {}).get(ANNOTATION_SCHEDULER))
+                         (metadata.annotations or {}).get(ANNOTATION_SCHEDULER))
 
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
@@ -575,16 +641,17 @@ class KubernetesPods(BatchSystem):
         wanted = list(job_ids) if job_ids is not None else None
         if wanted is not None and not wanted:
             return []
-        pods = self._list("list pods", "list_namespaced_pod", self._selector(cluster))
+        pods, _ = self._list("pod", self._selector(cluster))
         found = {s.job_id: s for s in (self._status(p) for p in pods)}
         if wanted is not None:
             return [found[name] for name in wanted if name in found]
         return list(found.values())
 
-    def _delete_pod(self, name: str) -> bool:
+    def _delete(self, kind: str, name: str) -> bool:
+        """Delete one object; False when it was already gone."""
         try:
-            read_json(self._call(f"delete pod {name}", "delete_namespaced_pod", name,
-                                 self.namespace, _preload_content=False))
+            self._call(f"delete {kind} {name} {self._where()}", f"delete_namespaced_{kind}",
+                       name, self.settings.namespace)
         except KubernetesAPIError as error:
             if error.status == 404:
                 return False
@@ -596,58 +663,111 @@ class KubernetesPods(BatchSystem):
         failures = []
         for name in list(job_ids):
             try:
-                self._delete_pod(name)
+                self._delete("pod", name)
             except KubernetesAPIError as error:
                 failures.append(str(error))
         if failures:
             raise KubernetesAPIError("; ".join(failures))
 
-    def delete_tls_secrets(self, cluster: str) -> list[str]:
-        """Delete the cluster's TLS Secret(s); their names."""
-        selector = self._selector(cluster) + f",{LABEL_ROLE}=tls"
-        deleted = []
-        for item in self._list("list secrets", "list_namespaced_secret", selector):
-            name = item["metadata"]["name"]
-            try:
-                read_json(self._call(f"delete secret {name}", "delete_namespaced_secret", name,
-                                     self.namespace, _preload_content=False))
-            except KubernetesAPIError as error:
-                if error.status != 404:
-                    raise
-            deleted.append(name)
-        return deleted
-
-    def remove_cluster(self, cluster: str) -> list[str]:
-        """Delete every pod of ``cluster`` (finished ones too) and its TLS Secret.
-
-        Returns the names of the pods that were still pending, running or held.
-        """
-        statuses = self.query(cluster=cluster)
-        active = [s.job_id for s in statuses if s.state.active]
-        self.remove(s.job_id for s in statuses if s.state is not JobState.removed)
-        self.delete_tls_secrets(cluster)
-        return active
-
     def cluster_closed(self, cluster: str) -> None:
-        """After a cluster's pools are closed: delete its finished pods and its TLS Secret."""
-        self.remove_cluster(cluster)
+        """After a cluster's pools are closed: delete its remaining pods (finished ones
+        too) and its Secret, and watch until every pod is gone."""
+        selector = self._selector(cluster)
+        pods, version = self._list("pod", selector)
+        for pod in pods:
+            if pod.metadata.deletion_timestamp is None:
+                self._delete("pod", pod.metadata.name)
+        secrets, _ = self._list("secret", self._selector(cluster, role="cluster"))
+        for secret in secrets:
+            self._delete("secret", secret.metadata.name)
+        self._secrets_made = {k for k in self._secrets_made if k[0] != cluster}
+        self.wait_deleted({p.metadata.name for p in pods}, selector, version,
+                          self.settings.termination_grace_period + DELETION_MARGIN)
+
+    def wait_deleted(self, names: set[str], selector: str, version: str | None,
+                     timeout: float) -> None:
+        """Watch the pods matching ``selector`` from ``version`` on until none of ``names``
+        is left; an error names those still there after ``timeout`` seconds."""
+        from kubernetes import watch
+
+        left = set(names)
+        deadline = time.monotonic() + timeout
+        while left and time.monotonic() < deadline:
+            window = deadline - time.monotonic()
+            stream = watch.Watch()
+            try:
+                with api_errors(f"watch the deletion of pods {self._where()}"):
+                    for event in stream.stream(
+                            self.core.list_namespaced_pod, self.settings.namespace,
+                            label_selector=selector, resource_version=version,
+                            timeout_seconds=max(1, math.ceil(window)),
+                            _request_timeout=window + self.settings.request_timeout):
+                        version = event["object"].metadata.resource_version or version
+                        if event["type"] == "DELETED":
+                            left.discard(event["object"].metadata.name)
+                        if not left:
+                            stream.stop()
+            except KubernetesAPIError as error:
+                if error.status != 410:  # 410 Gone: the version expired; list again
+                    raise
+            if left:  # the stream ended: check against a fresh list
+                pods, version = self._list("pod", selector)
+                left &= {p.metadata.name for p in pods}
+        if left:
+            raise KubernetesAPIError(
+                f"{len(left)} pod(s) {self._where()} were still there {timeout:g} s after "
+                f"their deletion: {', '.join(sorted(left))}. `kubectl get pods -n "
+                f"{self.settings.namespace} -l {selector}` shows them.")
 
     def cluster_names(self) -> list[str]:
-        """Clusters that have pods or a TLS Secret here (for ``hybrid gc``)."""
-        selector = self._selector()
+        """Clusters that have pods or a Secret here (what ``hybrid gc`` may look at)."""
         names = set()
-        for method, what in (("list_namespaced_pod", "list pods"),
-                             ("list_namespaced_secret", "list secrets")):
-            for item in self._list(what, method, selector):
-                label = ((item.get("metadata") or {}).get("labels") or {}).get(LABEL_CLUSTER)
+        for kind in ("pod", "secret"):
+            for item in self._list(kind, self._selector())[0]:
+                label = (item.metadata.labels or {}).get(LABEL_CLUSTER)
                 if label:
                     names.add(label)
         return sorted(names)
 
     def scheduler_addresses(self, cluster: str) -> list[str]:
-        """The scheduler addresses the cluster's live pods were started for."""
-        addresses = []
-        for status in self.query(cluster=cluster):
-            if status.state.active and status.scheduler and status.scheduler not in addresses:
-                addresses.append(status.scheduler)
+        """The scheduler addresses of ``cluster``: its Secret's, then its live pods'."""
+        addresses: list[str] = []
+        secrets, _ = self._list("secret", self._selector(cluster, role="cluster"))
+        found = [(s.metadata.annotations or {}).get(ANNOTATION_SCHEDULER) for s in secrets]
+        found += [s.scheduler for s in self.query(cluster=cluster) if s.state.active]
+        for address in found:
+            if address and address not in addresses:
+                addresses.append(address)
         return addresses
+
+    def check(self, timeout: float = 20.0) -> CheckResult:
+        """The kubeconfig loads and the API lists pods in the namespace (``hybrid doctor``)."""
+        from hybrid.admin.doctor import fail, ok
+
+        name = "batch system (kubernetes)"
+        try:
+            self.connect()
+        except ConfigurationError as error:
+            return fail(name, f"no Kubernetes configuration: {error.accepted}",
+                        CONFIGURATION_FIX)
+        namespace = self.settings.namespace
+        try:
+            self._call(f"list pods {self._where()}", "list_namespaced_pod", namespace, limit=1,
+                       _request_timeout=timeout)
+        except KubernetesAPIError as error:
+            return fail(name, f"the API does not answer: {error}",
+                        f"Check the kubeconfig's server and credentials, and that you may list "
+                        f"pods in {namespace} (`kubectl get pods -n {namespace}`).")
+        host = self.core.api_client.configuration.host
+        return ok(name, f"the API at {host} lists pods in namespace {namespace}")
+
+
+def pod_tag() -> str:
+    """``hybrid.batch.tag``, checked as the label value ``hybrid/tag`` of every pod."""
+    tag = tag_prefix()
+    try:
+        label_value(tag)
+    except Exception:
+        raise ConfigurationError("hybrid.batch.tag", tag, LABEL_VALUE_RULE + " (Kubernetes "
+                                 "pods carry it as the label hybrid/tag)") from None
+    return tag

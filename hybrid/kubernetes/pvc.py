@@ -2,37 +2,52 @@
 
 A claim shared by every worker pod (``ReadWriteMany``) is where openff-evaluator style
 workloads keep their files; mount it with
-:class:`~hybrid.kubernetes.volumes.KubernetesPersistentVolumeClaim`.
+:class:`~hybrid.kubernetes.volumes.KubernetesPersistentVolumeClaim`. Waiting uses
+``kubernetes.watch`` on the claim, so a claim is seen ``Bound`` the moment it is.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from hybrid.errors import ConfigurationError, HybridError
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from hybrid.errors import HybridError
+from hybrid.fields import Interval, Memory, reject, validate
 from hybrid.kubernetes.api import (
     KubernetesAPIError,
+    api_errors,
     call_api,
-    check_dns_label,
-    check_dns_subdomain,
-    check_labels,
     kubernetes_quantity,
     load_api_client,
-    read_json,
 )
-from hybrid.units import is_quantity, parse_memory, to_bytes, unit
+from hybrid.kubernetes.fields import DNSLabel, DNSSubdomain, Labels
+from hybrid.units import unit
 
 __all__ = [
     "ACCESS_MODES",
+    "AccessMode",
     "PersistentVolumeClaimNotBound",
     "create_persistent_volume_claim",
     "delete_persistent_volume_claim",
 ]
 
-ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+
+class AccessMode(str, Enum):
+    """How pods may mount a claim (openff-evaluator's names)."""
+
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_ONLY_MANY = "ReadOnlyMany"
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+ACCESS_MODES = tuple(mode.value for mode in AccessMode)
 
 
 class PersistentVolumeClaimNotBound(HybridError, TimeoutError):
@@ -60,51 +75,113 @@ class PersistentVolumeClaimNotBound(HybridError, TimeoutError):
         return (type(self), (self.name, self.namespace, self.phase, 0.0))
 
 
-def _seconds(value: Any, field: str) -> float:
-    from dask.utils import parse_timedelta
-
-    accepted = 'a duration > 0: seconds, a time quantity, or text such as "5 minutes"'
-    try:
-        if is_quantity(value):
-            seconds = float(unit.Quantity(value.magnitude, str(value.units)).to(unit.second)
-                            .magnitude)
-        elif isinstance(value, bool):
-            raise TypeError
-        else:
-            seconds = parse_timedelta(value)
-    except Exception:
-        raise ConfigurationError(field, value, accepted) from None
-    if seconds is None or seconds <= 0:
-        raise ConfigurationError(field, value, accepted)
-    return float(seconds)
-
-
-def _access_modes(value: Any) -> list[str]:
-    modes = [value] if isinstance(value, str) else value
+def _access_modes(value: Any) -> tuple[str, ...]:
     accepted = f"a list of access modes from {', '.join(ACCESS_MODES)}"
+    modes = [value] if isinstance(value, (str, AccessMode)) else value
     if not isinstance(modes, Sequence) or not modes:
-        raise ConfigurationError("access_modes", value, accepted)
+        raise reject(accepted)
+    out = []
     for mode in modes:
-        if mode not in ACCESS_MODES:
-            raise ConfigurationError("access_modes", mode, accepted)
-    return list(dict.fromkeys(modes))
+        text = mode.value if isinstance(mode, AccessMode) else mode
+        if text not in ACCESS_MODES:
+            raise reject(accepted + f" ({mode!r} is not one)")
+        out.append(text)
+    return tuple(dict.fromkeys(out))
+
+
+class ClaimRequest(BaseModel):
+    """The arguments of :func:`create_persistent_volume_claim`, validated at once."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    name: DNSSubdomain
+    storage: Memory
+    storage_class: DNSSubdomain | None = None
+    namespace: DNSLabel = "default"
+    access_modes: Annotated[tuple[str, ...], BeforeValidator(_access_modes)] = (
+        "ReadWriteMany",)
+    timeout: Interval = 300.0
+    poll_interval: Interval = 1.0
+    labels: Labels = {}
+
+    def body(self) -> dict[str, Any]:
+        """The claim as the API takes it."""
+        spec: dict[str, Any] = {
+            "accessModes": list(self.access_modes),
+            "resources": {"requests": {"storage": kubernetes_quantity(self.storage)}}}
+        if self.storage_class is not None:
+            spec["storageClassName"] = self.storage_class
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.labels:
+            metadata["labels"] = dict(self.labels)
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata,
+                "spec": spec}
+
+
+def _core(api_client: Any, kube_config: Any, kube_context: str | None) -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(load_api_client(api_client, kube_config, kube_context))
 
 
 def _last_event(core: Any, name: str, namespace: str) -> str | None:
     """The newest event about the claim, if the API offers any (best effort)."""
     try:
-        events = read_json(call_api(
+        events = call_api(
             "list events", core.list_namespaced_event, namespace,
             field_selector=f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name}",
-            _preload_content=False, _request_timeout=10))
+            _request_timeout=10)
     except KubernetesAPIError:
         return None
-    items = events.get("items") or []
+    items = list(events.items or [])
     if not items:
         return None
-    items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    event = items[-1]
-    return ": ".join(p for p in (event.get("reason"), event.get("message")) if p) or None
+
+    def when(event: Any) -> str:
+        stamp = event.last_timestamp or event.event_time
+        return stamp.isoformat() if stamp is not None else ""
+
+    event = max(items, key=when)
+    return ": ".join(p for p in (event.reason, event.message) if p) or None
+
+
+def _phase(claim: Any) -> str:
+    return (claim.status.phase if claim.status is not None else None) or "Pending"
+
+
+def _wait_bound(core: Any, request: ClaimRequest, claim: Any) -> Any:
+    """Watch the claim until it is Bound (or Lost, or the time is up)."""
+    from kubernetes import watch
+
+    name, namespace = request.name, request.namespace
+    start = time.monotonic()
+    while True:
+        phase = _phase(claim)
+        if phase == "Bound":
+            return claim
+        waited = time.monotonic() - start
+        if phase == "Lost" or waited >= request.timeout:
+            raise PersistentVolumeClaimNotBound(name, namespace, phase, waited,
+                                                _last_event(core, name, namespace))
+        window = max(0.05, min(request.poll_interval, request.timeout - waited))
+        stream = watch.Watch()
+        try:
+            with api_errors(f"watch persistent volume claim {name}"):
+                for event in stream.stream(
+                        core.list_namespaced_persistent_volume_claim, namespace,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=claim.metadata.resource_version,
+                        timeout_seconds=max(1, math.ceil(window)),
+                        _request_timeout=window + 10):
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        claim = event["object"]
+                    if event["type"] == "DELETED" or _phase(claim) in ("Bound", "Lost") or (
+                            time.monotonic() - start >= request.timeout):
+                        stream.stop()
+        except KubernetesAPIError as error:
+            if error.status != 410:  # 410 Gone: the version expired; read the claim again
+                raise
+        claim = _read(core, name, namespace) if _phase(claim) != "Bound" else claim
 
 
 def create_persistent_volume_claim(
@@ -112,7 +189,7 @@ def create_persistent_volume_claim(
     storage: Any = 1 * unit.gigabytes,
     storage_class: str | None = None,
     namespace: str = "default",
-    access_modes: Sequence[str] = ("ReadWriteMany",),
+    access_modes: Sequence[str | AccessMode] = ("ReadWriteMany",),
     timeout: Any = 300,
     *,
     wait: bool = True,
@@ -120,72 +197,41 @@ def create_persistent_volume_claim(
     api_client: Any = None,
     kube_config: str | Path | None = None,
     kube_context: str | None = None,
-    poll_interval: float = 1.0,
-) -> dict[str, Any]:
-    """Create the claim ``name`` and wait until it is ``Bound``; return the claim object.
+    poll_interval: Any = 1.0,
+) -> Any:
+    """Create the claim ``name`` and wait until it is ``Bound``; return the claim
+    (a ``kubernetes.client.V1PersistentVolumeClaim``).
 
     ``storage`` is a quantity of bytes (``5 * unit.terabytes``, ``"100 GiB"``);
     ``storage_class=None`` takes the cluster's default class. A claim of that name that
     already exists is waited for rather than created again. Raises
-    :class:`PersistentVolumeClaimNotBound`, naming the phase the claim was stuck in, when it
-    is not bound within ``timeout``. Every argument is checked before the API is contacted.
+    :class:`PersistentVolumeClaimNotBound`, naming the phase the claim was stuck in and the
+    last event about it, when it is not bound within ``timeout``. ``poll_interval`` is the
+    longest the watch waits between checks of the clock. Every argument is checked before
+    the API is contacted.
     """
-    check_dns_subdomain(name, "persistent volume claim name")
-    size = to_bytes(parse_memory(storage, "storage"))
-    if size <= 0:
-        raise ConfigurationError("storage", storage,
-                                 "a size larger than zero, e.g. 1 * unit.gigabytes")
-    if storage_class is not None:
-        check_dns_subdomain(storage_class, "storage_class")
-    check_dns_label(namespace, "namespace")
-    modes = _access_modes(access_modes)
-    limit = _seconds(timeout, "timeout")
-    interval = _seconds(poll_interval, "poll_interval")
-    claim_labels = check_labels(labels, "labels")
+    request = validate(ClaimRequest, {
+        "name": name, "storage": storage, "storage_class": storage_class,
+        "namespace": namespace, "access_modes": access_modes, "timeout": timeout,
+        "poll_interval": poll_interval, "labels": labels},
+        labels={"name": "persistent volume claim name"})
     core = _core(api_client, kube_config, kube_context)
-
-    spec: dict[str, Any] = {"accessModes": modes,
-                            "resources": {"requests": {"storage": kubernetes_quantity(size)}}}
-    if storage_class is not None:
-        spec["storageClassName"] = storage_class
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if claim_labels:
-        metadata["labels"] = claim_labels
-    body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata,
-            "spec": spec}
     try:
-        claim = read_json(call_api(f"create persistent volume claim {name}",
-                                   core.create_namespaced_persistent_volume_claim, namespace,
-                                   body, _preload_content=False))
+        claim = call_api(f"create persistent volume claim {name}",
+                         core.create_namespaced_persistent_volume_claim, request.namespace,
+                         request.body())
     except KubernetesAPIError as error:
         if error.status != 409:
             raise
-        claim = _read(core, name, namespace)
+        claim = _read(core, request.name, request.namespace)
     if not wait:
         return claim
-    start = time.monotonic()
-    while True:
-        phase = (claim.get("status") or {}).get("phase") or "Pending"
-        if phase == "Bound":
-            return claim
-        waited = time.monotonic() - start
-        if phase == "Lost" or waited >= limit:
-            raise PersistentVolumeClaimNotBound(name, namespace, phase, waited,
-                                                _last_event(core, name, namespace))
-        time.sleep(min(interval, max(0.05, limit - waited)))
-        claim = _read(core, name, namespace)
+    return _wait_bound(core, request, claim)
 
 
-def _read(core: Any, name: str, namespace: str) -> dict[str, Any]:
-    return read_json(call_api(f"read persistent volume claim {name}",
-                              core.read_namespaced_persistent_volume_claim, name, namespace,
-                              _preload_content=False))
-
-
-def _core(api_client: Any, kube_config: Any, kube_context: str | None) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(load_api_client(api_client, kube_config, kube_context))
+def _read(core: Any, name: str, namespace: str) -> Any:
+    return call_api(f"read persistent volume claim {name}",
+                    core.read_namespaced_persistent_volume_claim, name, namespace)
 
 
 def delete_persistent_volume_claim(
@@ -196,13 +242,12 @@ def delete_persistent_volume_claim(
 
     Returns False when there was no such claim.
     """
-    check_dns_subdomain(name, "persistent volume claim name")
-    check_dns_label(namespace, "namespace")
+    validate(ClaimRequest, {"name": name, "namespace": namespace, "storage": "1 B"},
+             labels={"name": "persistent volume claim name"})
     core = _core(api_client, kube_config, kube_context)
     try:
-        read_json(call_api(f"delete persistent volume claim {name}",
-                           core.delete_namespaced_persistent_volume_claim, name, namespace,
-                           _preload_content=False))
+        call_api(f"delete persistent volume claim {name}",
+                 core.delete_namespaced_persistent_volume_claim, name, namespace)
     except KubernetesAPIError as error:
         if error.status == 404:
             return False

@@ -1,72 +1,58 @@
 """Volumes mounted into every worker pod: claims, scratch directories and secrets.
 
-The names follow openff-evaluator's Kubernetes backend. Each validates on construction (a
-:class:`~hybrid.errors.ConfigurationError` naming the field), and gives the pod its
-``volumes`` entry (:meth:`~KubernetesVolume.volume`) and the container its ``volumeMounts``
-entry (:meth:`~KubernetesVolume.mount`).
+The names and arguments follow openff-evaluator's Kubernetes backend. Each class is a frozen
+pydantic model: it validates on construction (a :class:`~hybrid.errors.ConfigurationError`
+naming the field), compares by value, pickles, and round-trips through JSON as part of a
+pool's settings (its ``kind``, always written, tells which class).
+:meth:`~KubernetesVolume.volume` gives the pod's ``volumes`` entry and
+:meth:`~KubernetesVolume.mount` the container's ``volumeMounts`` entry.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from hybrid.errors import ConfigurationError
-from hybrid.kubernetes.api import (
-    check_dns_label,
-    check_dns_subdomain,
-    dns_name,
-    kubernetes_quantity,
-)
-from hybrid.units import parse_memory, to_bytes
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hybrid.fields import configuration_error
+from hybrid.kubernetes.api import dns_name, kubernetes_quantity
+from hybrid.kubernetes.fields import Bytes, DNSLabel, DNSSubdomain, MountPath, SubPath
 
 __all__ = [
+    "BaseKubernetesVolume",
     "KubernetesEmptyDirVolume",
     "KubernetesPersistentVolumeClaim",
     "KubernetesSecret",
     "KubernetesVolume",
+    "Volume",
 ]
 
 
-def check_mount_path(value: Any, field: str) -> str:
-    """An absolute container path without ``..``, ``:`` or control characters."""
-    accepted = 'an absolute path in the container, e.g. "/data"'
-    if value is None or value == "":
-        raise ConfigurationError(field, value, accepted, "Every volume needs a mount path.")
-    if not isinstance(value, str) or not value.startswith("/"):
-        raise ConfigurationError(field, value, accepted)
-    if ":" in value or any(ord(c) < 32 for c in value) or ".." in value.split("/"):
-        raise ConfigurationError(field, value,
-                                 accepted + " without '..', ':' or control characters")
-    return value.rstrip("/") or "/"
+def _plain_data_skips(init: Callable[..., None]) -> Callable[..., None]:
+    """Mark a constructor that only maps positional arguments to fields: pydantic then
+    validates plain data (a volume inside a pool's settings) without calling it, as it
+    does for ``RootModel``."""
+    init.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+    return init
 
 
-def check_sub_path(value: Any, field: str) -> str | None:
-    """A relative path inside a volume (a secret's key), or ``None``."""
-    if value is None:
-        return None
-    accepted = 'a relative path inside the volume, e.g. "oe_license.txt", or None'
-    if not isinstance(value, str) or not value or value.startswith("/"):
-        raise ConfigurationError(field, value, accepted)
-    if any(ord(c) < 32 for c in value) or ".." in value.split("/"):
-        raise ConfigurationError(field, value, accepted + " without '..' or control characters")
-    return value
-
-
-@dataclass(frozen=True)
-class KubernetesVolume:
+class KubernetesVolume(BaseModel):
     """A volume, by the name it has in the pod, mounted at ``mount_path``."""
 
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
     name: str
-    mount_path: str
+    mount_path: MountPath
     read_only: bool = False
 
-    def __post_init__(self) -> None:
-        kind = type(self).__name__
-        object.__setattr__(self, "mount_path",
-                           check_mount_path(self.mount_path, f"{kind}.mount_path"))
-        if not isinstance(self.read_only, bool):
-            raise ConfigurationError(f"{kind}.read_only", self.read_only, "True or False")
+    @_plain_data_skips
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            raise configuration_error(error, prefix=f"{type(self).__name__}.",
+                                      fields=tuple(type(self).model_fields)) from None
 
     @property
     def volume_name(self) -> str:
@@ -89,20 +75,28 @@ class KubernetesVolume:
         return entry
 
 
-@dataclass(frozen=True)
+#: openff-evaluator's name for the base class.
+BaseKubernetesVolume = KubernetesVolume
+
+
 class KubernetesPersistentVolumeClaim(KubernetesVolume):
     """An existing claim ``name`` (see :func:`hybrid.kubernetes.create_persistent_volume_claim`).
 
     Every pod mounts the same claim, so with ``ReadWriteMany`` all workers share its files.
     """
 
-    def __post_init__(self) -> None:
-        check_dns_subdomain(self.name, "KubernetesPersistentVolumeClaim.name")
-        super().__post_init__()
+    kind: Literal["persistent_volume_claim"]
+    name: DNSSubdomain
+
+    @_plain_data_skips
+    def __init__(self, name: Any = None, mount_path: Any = None, read_only: Any = False,
+                 **extra: Any) -> None:
+        super().__init__(kind="persistent_volume_claim", name=name, mount_path=mount_path,
+                         read_only=read_only, **extra)
 
     @property
     def volume_name(self) -> str:
-        """The claim name, made a DNS-1123 label when it has dots."""
+        """The claim name, made a DNS-1123 label when it has dots or is long."""
         return self.name if len(self.name) <= 63 and "." not in self.name else dns_name(self.name)
 
     def source(self) -> dict[str, Any]:
@@ -113,38 +107,26 @@ class KubernetesPersistentVolumeClaim(KubernetesVolume):
         return {"persistentVolumeClaim": source}
 
 
-@dataclass(frozen=True, init=False)
 class KubernetesEmptyDirVolume(KubernetesVolume):
     """A scratch directory of each pod, removed with it; ``size_limit`` caps its size."""
 
-    size_limit: Any = None
+    kind: Literal["empty_dir"]
+    name: DNSLabel
+    size_limit: Bytes | None = None
 
-    def __init__(self, name: str, mount_path: str, size_limit: Any = None,
-                 read_only: bool = False):
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "mount_path", mount_path)
-        object.__setattr__(self, "size_limit", size_limit)
-        object.__setattr__(self, "read_only", read_only)
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        check_dns_label(self.name, "KubernetesEmptyDirVolume.name")
-        super().__post_init__()
-        if self.size_limit is not None:
-            size = to_bytes(parse_memory(self.size_limit, "KubernetesEmptyDirVolume.size_limit"))
-            if size == 0:
-                raise ConfigurationError("KubernetesEmptyDirVolume.size_limit", self.size_limit,
-                                         "a size larger than zero, or None for no limit")
+    @_plain_data_skips
+    def __init__(self, name: Any = None, mount_path: Any = None, size_limit: Any = None,
+                 read_only: Any = False, **extra: Any) -> None:
+        super().__init__(kind="empty_dir", name=name, mount_path=mount_path,
+                         size_limit=size_limit, read_only=read_only, **extra)
 
     def source(self) -> dict[str, Any]:
         """``emptyDir``, with its ``sizeLimit`` when one is set."""
         if self.size_limit is None:
             return {"emptyDir": {}}
-        size = to_bytes(parse_memory(self.size_limit, "KubernetesEmptyDirVolume.size_limit"))
-        return {"emptyDir": {"sizeLimit": kubernetes_quantity(size)}}
+        return {"emptyDir": {"sizeLimit": kubernetes_quantity(self.size_limit)}}
 
 
-@dataclass(frozen=True, init=False)
 class KubernetesSecret(KubernetesVolume):
     """The Kubernetes Secret ``secret_name`` mounted at ``mount_path``.
 
@@ -153,24 +135,18 @@ class KubernetesSecret(KubernetesVolume):
     directory holding one file per key.
     """
 
-    secret_name: str = ""
-    sub_path: str | None = None
+    kind: Literal["secret"]
+    name: DNSLabel
+    secret_name: DNSSubdomain
+    sub_path: SubPath | None = None
+    read_only: bool = True
 
-    def __init__(self, name: str, secret_name: str, mount_path: str | None = None,
-                 sub_path: str | None = None, read_only: bool = True):
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "secret_name", secret_name)
-        object.__setattr__(self, "mount_path", mount_path)
-        object.__setattr__(self, "sub_path", sub_path)
-        object.__setattr__(self, "read_only", read_only)
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        check_dns_label(self.name, "KubernetesSecret.name")
-        check_dns_subdomain(self.secret_name, "KubernetesSecret.secret_name")
-        super().__post_init__()
-        object.__setattr__(self, "sub_path",
-                           check_sub_path(self.sub_path, "KubernetesSecret.sub_path"))
+    @_plain_data_skips
+    def __init__(self, name: Any = None, secret_name: Any = None, mount_path: Any = None,
+                 sub_path: Any = None, read_only: Any = True, **extra: Any) -> None:
+        super().__init__(kind="secret", name=name, secret_name=secret_name,
+                         mount_path=mount_path, sub_path=sub_path, read_only=read_only,
+                         **extra)
 
     def source(self) -> dict[str, Any]:
         """``secret`` naming the Secret."""
@@ -182,3 +158,10 @@ class KubernetesSecret(KubernetesVolume):
         if self.sub_path is not None:
             entry["subPath"] = self.sub_path
         return entry
+
+
+#: Any volume, told apart by its ``kind`` in plain data.
+Volume = Annotated[
+    KubernetesPersistentVolumeClaim | KubernetesEmptyDirVolume | KubernetesSecret,
+    Field(discriminator="kind"),
+]

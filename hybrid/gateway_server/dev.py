@@ -1,16 +1,19 @@
 """A real dask-gateway-server on 127.0.0.1 for development and tests (``hybrid gateway dev``).
 
-:func:`start_dev_gateway` writes a scheduler-only configuration
-(:mod:`hybrid.gateway.server_config`) into a private state directory, runs
-``dask-gateway-server`` as a subprocess in its own process group, waits until its API answers
-and returns a :class:`DevGateway` (a context manager) with the addresses and credentials a
-client needs. :meth:`DevGateway.stop` stops the server (which stops its clusters), then ends
-whatever process the server had started that is still there, and removes a temporary state
-directory.
+:func:`start_dev_gateway` writes the settings
+(:class:`~hybrid.gateway_server.settings.GatewaySettings`, as YAML) into a private state
+directory, runs ``dask-gateway-server`` with the packaged configuration file
+(:data:`hybrid.gateway_server.CONFIG_FILE`) as a subprocess in its own process group, waits
+until its API answers and returns a :class:`DevGateway` (a context manager) with the
+addresses and credentials a client needs. :meth:`DevGateway.stop` stops the server (which
+stops its clusters), then ends whatever process the server had started that is still there,
+and removes a temporary state directory.
 
-The server uses ``UnsafeLocalBackend``: schedulers run as the invoking user, which is what a
-one-user development server wants, root included (``LocalBackend`` would switch to the Unix
-user named by each login, so every login name would have to be a real account).
+The server uses ``UnsafeLocalBackend``: schedulers (and the gateway's own workers) run as the
+invoking user, which is what a one-user development server wants, root included
+(``LocalBackend`` would switch to the Unix user named by each login). By default the gateway
+starts its own local workers (``gateway_workers``), so a cluster without a batch pool behaves
+as on a stock gateway, and offers ``worker_cores``/``worker_memory`` as cluster options.
 """
 
 from __future__ import annotations
@@ -34,17 +37,28 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.errors import ConfigurationError, HybridError
-from hybrid.gateway.server_config import GatewayServerConfig
+from hybrid.gateway_server import CONFIG_FILE
+from hybrid.gateway_server.settings import (
+    SETTINGS_ENV,
+    SETTINGS_TEXT_ENV,
+    GatewaySettings,
+    parse_settings,
+    settings_yaml,
+)
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 PASSWORD_FILE = "password"
 DB_KEY_FILE = "db-key"
-CONFIG_FILE = "dask_gateway_config.py"
+SETTINGS_FILE = "hybrid-gateway.yaml"
 LOG_FILE = "gateway.log"
 DATABASE_FILE = "gateway.sqlite"
 CLUSTERS_DIRECTORY = "clusters"
+#: Settings the dev gateway decides itself (the rest may be given to start_dev_gateway).
+OWN_SETTINGS = ("backend", "authenticator", "password_file", "jupyterhub_api_url", "address",
+                "proxy_address", "tcp_proxy_address", "db_url", "db_key_file",
+                "clusters_directory", "scheduler_command", "worker_command")
 
 
 class DevGatewayError(HybridError, RuntimeError):
@@ -112,6 +126,8 @@ class DevGateway:
     pid: int
     process: subprocess.Popen = field(repr=False)
     temporary_state: bool = False
+    #: Whether the gateway starts its own workers (``scale`` without a batch pool).
+    gateway_workers: bool = True
     _stopped: bool = field(default=False, repr=False)
 
     # -- what a client needs ------------------------------------------------------------
@@ -146,18 +162,28 @@ class DevGateway:
         """The Python a user pastes to connect (holds the password)."""
         return (
             "from dask_gateway import BasicAuth\n"
-            "from hybrid.gateway.client import HTCGateway\n\n"
+            "from hybrid import HTCGateway\n\n"
             f"gateway = HTCGateway(address={self.address!r}, "
             f"proxy_address={self.proxy_address!r},\n"
             f"                     auth=BasicAuth({self.username!r}, {self.password!r}))\n"
         )
+
+    def workers_snippet(self) -> str:
+        """How to get workers: the gateway's own, and batch-style local ones."""
+        batch = ('cluster = gateway.new_cluster(pool="local")  # batch-style local workers:\n'
+                 "cluster.scale(2)                    # they join through the TCP proxy\n")
+        if not self.gateway_workers:
+            return ("This gateway starts no workers itself; give clusters a batch pool:\n\n"
+                    + batch)
+        return ("cluster = gateway.new_cluster()     # the gateway's own local workers,\n"
+                "cluster.scale(2)                    # as on a stock dask-gateway\n\n" + batch)
 
     def banner(self) -> str:
         """What ``hybrid gateway dev`` prints once: addresses, credentials, the Python."""
         state = ("temporary, removed on exit" if self.temporary_state
                  else str(self.state_dir))
         return (
-            "hybrid dev gateway (dask-gateway-server, scheduler-only clusters)\n"
+            "hybrid dev gateway (a real dask-gateway-server on 127.0.0.1)\n"
             f"  address:        {self.address}\n"
             f"  proxy (TCP):    {self.proxy_address}   "
             f"workers dial {self.worker_scheduler_address}\n"
@@ -165,14 +191,15 @@ class DevGateway:
             f"  state:          {state}\n"
             f"  server pid:     {self.pid}\n\n"
             "Connect with:\n\n" + self.connect_snippet() +
+            "\nWorkers:\n\n" + self.workers_snippet() +
             "\nCtrl-C stops the gateway and its clusters.\n"
         )
 
     # -- files --------------------------------------------------------------------------
     @property
-    def config_path(self) -> Path:
-        """The rendered ``dask_gateway_config.py``."""
-        return self.state_dir / CONFIG_FILE
+    def settings_path(self) -> Path:
+        """The settings YAML the server reads (0600)."""
+        return self.state_dir / SETTINGS_FILE
 
     @property
     def log_path(self) -> Path:
@@ -326,6 +353,44 @@ def _wait_until_answering(gateway: DevGateway, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def _dev_settings(state: Path, api_port: int, port: int, proxy_port: int,
+                  settings: dict[str, Any]) -> GatewaySettings:
+    """The dev gateway's settings: its own parts, then the caller's."""
+    for name in settings:
+        if name in OWN_SETTINGS:
+            raise ConfigurationError(name, settings[name], "a setting the dev gateway does not "
+                                     "decide itself", f"The dev gateway sets {name}; remove it.")
+    python = sys.executable
+    return parse_settings({
+        "backend": "unsafe-local", "authenticator": "simple",
+        "password_file": str(state / PASSWORD_FILE),
+        "address": f"{HOST}:{api_port}", "proxy_address": f"{HOST}:{port}",
+        "tcp_proxy_address": f"{HOST}:{proxy_port}",
+        "scheduler_command": [python, "-m", "dask", "scheduler"],
+        "worker_command": [python, "-m", "dask", "worker"],
+        "db_url": f"sqlite:///{state / DATABASE_FILE}", "db_key_file": str(state / DB_KEY_FILE),
+        "clusters_directory": str(state / CLUSTERS_DIRECTORY),
+        "gateway_workers": True, "worker_options": True, "cluster_start_timeout": 60,
+        **settings,
+    })
+
+
+def _free_ports(port: int, proxy_port: int) -> tuple[int, int, int]:
+    ports = {"port": port or free_port(), "proxy_port": proxy_port or free_port()}
+    api_port = free_port()
+    while api_port in ports.values():
+        api_port = free_port()
+    if ports["port"] == ports["proxy_port"]:
+        ports["proxy_port"] = free_port()
+    return api_port, ports["port"], ports["proxy_port"]
+
+
+def _server_environment(settings_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != SETTINGS_TEXT_ENV}
+    env[SETTINGS_ENV] = str(settings_path)
+    return env
+
+
 def start_dev_gateway(
     *,
     port: int = 0,
@@ -333,22 +398,28 @@ def start_dev_gateway(
     password: str | None = None,
     username: str | None = None,
     state_dir: str | os.PathLike | None = None,
-    preload: str = "module",
-    heartbeat_period: int | None = None,
-    idle_timeout: Any = 0,
-    max_lifetime: Any = 0,
-    client_timeout: Any = 0,
-    cluster_start_timeout: Any = 60,
     start_timeout: float = 60,
+    **settings: Any,
 ) -> DevGateway:
     """Start a real dask-gateway-server on 127.0.0.1 and wait until it answers.
 
-    ``port`` is the HTTP address users connect to, ``proxy_port`` the TCP proxy workers and
-    clients reach schedulers through (0: a free port). Without ``password`` one is generated
-    (or, with a ``state_dir`` that has one, reused). Without ``state_dir`` the state (config,
-    password, database, log, cluster directories) lives in a temporary directory removed by
-    :meth:`DevGateway.stop`. The other settings are those of
-    :class:`~hybrid.gateway.server_config.GatewayServerConfig`.
+    Parameters
+    ----------
+    port, proxy_port
+        The HTTP address users connect to, and the TCP proxy workers and clients reach
+        schedulers through (0: a free port).
+    password, username
+        The login (default: a generated password, or the one a ``state_dir`` keeps; the
+        invoking user's name).
+    state_dir
+        Where the settings, password, database, log and cluster directories live (default: a
+        temporary directory removed by :meth:`DevGateway.stop`).
+    start_timeout
+        Seconds to wait for the server's API.
+    **settings
+        More :class:`~hybrid.gateway_server.settings.GatewaySettings` (``heartbeat_period``,
+        ``idle_timeout``, ``max_lifetime``, ``client_timeout``, ``cluster_max_workers``,
+        ``gateway_workers``, ``preload``...), checked before anything starts.
     """
     _check_port(port, "port")
     _check_port(proxy_port, "proxy_port")
@@ -358,7 +429,8 @@ def start_dev_gateway(
     if password is not None:
         _check_password(password)
     username = _check_username(username if username is not None else getpass.getuser())
-    if not isinstance(start_timeout, (int, float)) or start_timeout <= 0:
+    if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)) or (
+            start_timeout <= 0):
         raise ConfigurationError("start_timeout", start_timeout, "a number of seconds > 0")
     if state_dir is not None:
         existing = Path(state_dir).expanduser()
@@ -366,32 +438,12 @@ def start_dev_gateway(
             raise ConfigurationError("state_dir", str(state_dir),
                                      "a directory (or a path to create)")
 
-    ports = {"port": port or free_port(), "proxy_port": proxy_port or free_port()}
-    api_port = free_port()
-    while api_port in ports.values():
-        api_port = free_port()
-    if ports["port"] == ports["proxy_port"]:
-        ports["proxy_port"] = free_port()
-
+    api_port, port, proxy_port = _free_ports(port, proxy_port)
     # Validate the whole configuration before anything is written or started.
-    def settings(path: Path) -> GatewayServerConfig:
-        return GatewayServerConfig(
-            backend="unsafe-local", authenticator="simple",
-            password_file=str(path / PASSWORD_FILE),
-            address=f"{HOST}:{api_port}", proxy_address=f"{HOST}:{ports['port']}",
-            tcp_proxy_address=f"{HOST}:{ports['proxy_port']}",
-            scheduler_command=(sys.executable, "-m", "dask", "scheduler"), preload=preload,
-            heartbeat_period=heartbeat_period, idle_timeout=idle_timeout,
-            max_lifetime=max_lifetime, client_timeout=client_timeout,
-            cluster_start_timeout=cluster_start_timeout,
-            db_url=f"sqlite:///{path / DATABASE_FILE}", db_key_file=str(path / DB_KEY_FILE),
-            clusters_directory=str(path / CLUSTERS_DIRECTORY),
-        )
-
-    settings(Path(tempfile.gettempdir()))
+    _dev_settings(Path(tempfile.gettempdir()), api_port, port, proxy_port, settings)
     path, temporary = _prepare_state_dir(state_dir)
     try:
-        config = settings(path)
+        config = _dev_settings(path, api_port, port, proxy_port, settings)
         password_path = path / PASSWORD_FILE
         if password is None and password_path.exists():
             password = password_path.read_text().strip()
@@ -401,16 +453,17 @@ def start_dev_gateway(
         key_path = path / DB_KEY_FILE
         if not key_path.exists():
             _write_private(key_path, base64.b64encode(os.urandom(32)).decode() + "\n")
-        _write_private(path / CONFIG_FILE, config.render())
+        _write_private(path / SETTINGS_FILE, settings_yaml(
+            config, "hybrid dev gateway settings (written by start_dev_gateway)"))
         (path / CLUSTERS_DIRECTORY).mkdir(mode=0o700, exist_ok=True)
         database = path / DATABASE_FILE
         os.close(os.open(database, os.O_WRONLY | os.O_CREAT, 0o600))  # SQLite keeps the mode
         log_fd = os.open(path / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "dask_gateway_server", "-f", str(path / CONFIG_FILE)],
+                [sys.executable, "-m", "dask_gateway_server", "-f", str(CONFIG_FILE)],
                 cwd=path, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                env=_server_environment(path / SETTINGS_FILE), start_new_session=True,
                 preexec_fn=_parent_death_signal(),
             )
         finally:
@@ -420,10 +473,9 @@ def start_dev_gateway(
             shutil.rmtree(path, ignore_errors=True)
         raise
     gateway = DevGateway(
-        address=f"http://{HOST}:{ports['port']}",
-        proxy_address=f"gateway://{HOST}:{ports['proxy_port']}",
+        address=f"http://{HOST}:{port}", proxy_address=f"gateway://{HOST}:{proxy_port}",
         username=username, password=password, state_dir=path, pid=process.pid,
-        process=process, temporary_state=temporary,
+        process=process, temporary_state=temporary, gateway_workers=config.gateway_workers,
     )
     logger.info("dask-gateway-server started (pid %d) at %s, state in %s", process.pid,
                 gateway.address, path)

@@ -12,36 +12,51 @@ import click
 from hybrid.errors import ConfigurationError
 
 
-@click.group()
+@click.group(epilog="""
+\b
+Examples:
+  hybrid gateway dev
+  hybrid gateway dev --state-dir ~/.cache/hybrid/dev-gateway --port 8000
+""")
 def gateway() -> None:
-    """dask-gateway servers for hybrid's scheduler-only clusters."""
+    """A real dask-gateway-server on your machine, for development and tests."""
 
 
-@gateway.command()
-@click.option("--port", default=0, show_default=True, type=int,
+@gateway.command(epilog="""
+\b
+Examples:
+  hybrid gateway dev
+  hybrid gateway dev --port 8000 --proxy-port 8786 --state-dir ~/.cache/hybrid/dev-gateway
+  hybrid gateway dev --no-gateway-workers --idle-timeout "30 minutes"
+""")
+@click.option("--port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="HTTP port clients connect to (0: a free one).")
-@click.option("--proxy-port", default=0, show_default=True, type=int,
+@click.option("--proxy-port", default=0, show_default=True, type=click.IntRange(0, 65535),
               help="TCP proxy port schedulers are reached through (0: a free one).")
 @click.option("--password", default=None,
               help="Shared password (default: generated, or reused from --state-dir).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False),
-              help="Keep config, password, database and log here (default: a temporary "
+              help="Keep settings, password, database and log here (default: a temporary "
                    "directory removed on exit).")
+@click.option("--gateway-workers/--no-gateway-workers", default=True, show_default=True,
+              help="Let the gateway start its own local workers (scale without a batch pool).")
 @click.option("--heartbeat-period", default=None, type=int,
               help="Seconds between scheduler heartbeats (default: the gateway's, 15).")
 @click.option("--idle-timeout", default="0",
-              help='Shut idle clusters down after this long, e.g. "30 min" (0: never).')
+              help='Shut idle clusters down after this long, e.g. "30 minutes" (0: never).')
 @click.option("--start-timeout", default=60.0, show_default=True, type=float,
               help="Seconds to wait for the server's API to answer.")
 def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
-        heartbeat_period: int | None, idle_timeout: str, start_timeout: float) -> None:
+        gateway_workers: bool, heartbeat_period: int | None, idle_timeout: str,
+        start_timeout: float) -> None:
     """Run a real dask-gateway-server on 127.0.0.1 until Ctrl-C or SIGTERM.
 
-    Clusters are scheduler-only, with hybrid's preload; workers from batch jobs join them
-    through the TCP proxy. Prints the addresses, the credentials and the Python to connect.
-    On exit the gateway stops its clusters and nothing it started is left running.
+    Prints the addresses, the credentials, the Python to connect and how to get workers:
+    the gateway's own local workers (``new_cluster().scale(2)``), or batch-style local
+    workers that join through the TCP proxy (``new_cluster(pool="local")``). On exit the
+    gateway stops its clusters and nothing it started is left running.
     """
-    from hybrid.gateway.dev import DevGatewayError, start_dev_gateway
+    from hybrid.gateway_server.dev import DevGatewayError, start_dev_gateway
 
     stop_requested = threading.Event()
     received: list[int] = []
@@ -50,14 +65,15 @@ def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
         received.append(signum)
         stop_requested.set()
 
+    settings: dict[str, Any] = {"gateway_workers": gateway_workers, "idle_timeout": idle_timeout}
+    if heartbeat_period is not None:
+        settings["heartbeat_period"] = heartbeat_period
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            dev_gateway = start_dev_gateway(
-                port=port, proxy_port=proxy_port, password=password, state_dir=state_dir,
-                heartbeat_period=heartbeat_period, idle_timeout=idle_timeout,
-                start_timeout=start_timeout,
-            )
+            dev_gateway = start_dev_gateway(port=port, proxy_port=proxy_port, password=password,
+                                            state_dir=state_dir, start_timeout=start_timeout,
+                                            **settings)
         except ConfigurationError as error:
             raise click.UsageError(str(error)) from None
         except DevGatewayError as error:
@@ -67,10 +83,10 @@ def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
             sys.stdout.flush()
             while not stop_requested.wait(0.5):
                 if not dev_gateway.running:
-                    tail = dev_gateway.log_tail()
                     raise click.ClickException(
                         f"dask-gateway-server exited by itself (code "
-                        f"{dev_gateway.process.returncode}). Its log ends with:\n{tail}")
+                        f"{dev_gateway.process.returncode}). Its log ends with:\n"
+                        f"{dev_gateway.log_tail()}")
             name = signal.Signals(received[0]).name if received else "a signal"
             click.echo(f"Received {name}: stopping the gateway and its clusters...")
             sys.stdout.flush()

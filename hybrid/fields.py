@@ -1,0 +1,465 @@
+"""One validator per kind of value, as pydantic types, and the one way their errors reach users.
+
+Every model of hybrid (:class:`~hybrid.pools.PoolSpec`, the clusters' and systems' settings)
+declares its fields with these types, so a kind of value (a duration, an address, a name, an
+environment variable, a path...) is checked by exactly one function, with exactly one wording
+of what is accepted. :func:`validate` runs a model and turns pydantic's first error into a
+:class:`~hybrid.errors.ConfigurationError` that names the field (as the user gave it: an
+argument, or the ``hybrid.yaml`` key it came from), the value, what is accepted and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
+
+from hybrid.errors import ConfigurationError
+
+__all__ = [
+    "AbsolutePath",
+    "Address",
+    "BatchWord",
+    "ConfigName",
+    "EnvName",
+    "Environment",
+    "Lines",
+    "Memory",
+    "Name",
+    "PortRange",
+    "Seconds",
+    "Strings",
+    "Walltime",
+    "absolute_path",
+    "count",
+    "reject",
+    "strings",
+    "validate",
+    "validate_value",
+]
+
+#: Line breaks as YAML, Python and the shells read them: none may enter a one-line value.
+LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029")
+#: Bounds that keep absurd sizes out of job files (a job never gets more than these).
+MAX_SECONDS = 366 * 86400  # a year
+
+
+_UNSET: Any = object()
+
+
+def reject(accepted: str, fix: str | None = None, *, field: str | None = None,
+           value: Any = _UNSET) -> PydanticCustomError:
+    """The error a validator raises: what is accepted and, when it helps, the fix.
+
+    A rule that spans fields (raised by a model validator) names the ``field`` and ``value``
+    it blames.
+    """
+    context: dict[str, Any] = {"accepted": accepted, "fix": fix or ""}
+    if field is not None:
+        context.update(field=field, value=value)
+    return PydanticCustomError("hybrid", "expected {accepted}", context)
+
+
+def _no_nul(text: str, accepted: str) -> str:
+    if "\0" in text:
+        raise reject(accepted + " (without NUL bytes)")
+    return text
+
+
+def _one_line(text: str, accepted: str) -> str:
+    _no_nul(text, accepted)
+    if any(mark in text for mark in LINE_BREAKS):
+        raise reject(accepted + " on one line (no line breaks)",
+                     "Give each line as its own list item.")
+    return text
+
+
+def _pattern(regex: str, accepted: str) -> Callable[[Any], Any]:
+    compiled = re.compile(regex)
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            raise reject(accepted)
+        return value
+
+    return check
+
+
+# --------------------------------------------------------------------------- names
+NAME_RULE = ("1-63 characters from A-Z a-z 0-9 . _ -, starting and ending with a letter or "
+             "digit")
+#: Cluster and pool names: they land in job names, tags, worker names and Kubernetes labels.
+Name = Annotated[str, BeforeValidator(_pattern(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}"
+                                               r"[A-Za-z0-9])?", NAME_RULE))]
+#: A name that becomes an HTCondor job attribute and a tag (``hybrid.batch.tag``).
+ConfigName = Annotated[str, BeforeValidator(_pattern(
+    r"[A-Za-z_][A-Za-z0-9_]{0,62}",
+    "1-63 characters from A-Z a-z 0-9 _, not starting with a digit (it names a job "
+    "attribute)"))]
+#: Queues, partitions, accounts, projects: one word on a directive line.
+BatchWord = Annotated[str, BeforeValidator(_pattern(
+    r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}",
+    "one word from A-Z a-z 0-9 . _ @ + -, starting with a letter or digit"))]
+#: An environment variable name.
+EnvName = Annotated[str, BeforeValidator(_pattern(
+    r"[A-Za-z_][A-Za-z0-9_]{0,254}", "an environment variable name matching "
+    "[A-Za-z_][A-Za-z0-9_]*"))]
+
+
+def _environment(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise reject("a mapping of variable names to strings, e.g. {'OMP_NUM_THREADS': '1'}",
+                     "Pass a dict, not a list or a string.")
+    out: dict[str, str] = {}
+    for name, text in value.items():
+        _pattern(r"[A-Za-z_][A-Za-z0-9_]{0,254}", f"variable names matching "
+                 f"[A-Za-z_][A-Za-z0-9_]* (not {name!r})")(name)
+        if not isinstance(text, str):
+            raise reject(f"string values (env[{name!r}] is {type(text).__name__})",
+                         f"Give env[{name!r}] as a string, e.g. str(value).")
+        out[name] = _no_nul(text, f"env[{name!r}] as a string")
+    return out
+
+
+#: Environment variables for a job: names checked, values any string without NUL.
+Environment = Annotated[dict[str, str], BeforeValidator(_environment)]
+
+
+# --------------------------------------------------------------------------- lists
+def strings(one_line: bool, what: str) -> Callable[[Any], Any]:
+    """A validator of a list of strings (a bare string is refused, not split)."""
+    def check(value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, (str, bytes)):
+            raise reject(f"a list of {what}, not one string",
+                         f"Wrap it in a list: [{value!r}].")
+        if isinstance(value, Mapping) or not hasattr(value, "__iter__"):
+            raise reject(f"a list of {what}")
+        items = tuple(value)
+        for item in items:
+            if not isinstance(item, str):
+                raise reject(f"a list of {what} (found {type(item).__name__} {item!r})")
+            (_one_line if one_line else _no_nul)(item, what)
+        return items
+
+    return check
+
+
+def _lines(value: Any) -> tuple[str, ...]:
+    items = strings(True, "one-line strings")(value)
+    for item in items:
+        if item.rstrip().endswith("\\"):
+            raise reject("lines that do not end in a backslash (an HTCondor submit "
+                         "description reads one as continuing onto the next line: hybrid's "
+                         f"own; not {item!r})", "Remove the trailing backslash.")
+    return items
+
+
+#: Lines of a job file (directives): each one line, not continued onto the next.
+Lines = Annotated[tuple[str, ...], BeforeValidator(_lines)]
+#: Free strings (arguments, shell commands): anything but NUL.
+Strings = Annotated[tuple[str, ...], BeforeValidator(strings(False, "strings"))]
+
+
+# --------------------------------------------------------------------------- numbers
+def count(minimum: int, maximum: int) -> Any:
+    """A whole number in ``[minimum, maximum]`` (booleans and fractions refused)."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                minimum <= value <= maximum):
+            raise reject(f"a whole number from {minimum} to {maximum}")
+        return value
+
+    check.whole_number = True  # type: ignore[attr-defined]  (command lines parse it as int)
+    return Annotated[int, BeforeValidator(check)]
+
+
+def seconds(value: Any, *, allow_zero: bool = False) -> float:
+    """Seconds from a number, a string such as ``"24h"`` or a pint time quantity."""
+    from dask.utils import parse_timedelta
+
+    from hybrid.units import is_quantity, unit
+
+    accepted = ('a duration: seconds, or a string such as "90s", "5 minutes" or "24h"'
+                + ("" if not allow_zero else " (0: none)"))
+    result: float | None = None
+    if not isinstance(value, bool):
+        try:
+            if is_quantity(value):
+                result = float(unit.Quantity(value.magnitude, str(value.units))
+                               .to(unit.second).magnitude)
+            elif isinstance(value, (int, float, str)):
+                result = float(parse_timedelta(value))
+        except Exception:
+            result = None
+        if result is None and isinstance(value, str) and re.search(r"[A-Za-z]", value):
+            try:  # units dask does not know, e.g. "30 min", "1.5 hours"
+                result = float(unit.Quantity(value.strip()).to(unit.second).magnitude)
+            except Exception:
+                result = None
+    if result is None or not math.isfinite(result) or result < 0:
+        raise reject(accepted)
+    if result == 0 and not allow_zero:
+        raise reject(accepted + " longer than zero")
+    if result > MAX_SECONDS:
+        raise reject(accepted + " of at most a year")
+    return result
+
+
+def _whole_seconds(value: Any) -> Any:
+    return None if value is None else math.ceil(seconds(value))
+
+
+#: A duration > 0, as whole seconds (rounded up).
+Seconds = Annotated[int, BeforeValidator(_whole_seconds)]
+#: A duration > 0, as seconds.
+Interval = Annotated[float, BeforeValidator(lambda v: None if v is None else seconds(v))]
+
+
+def _memory(value: Any) -> Any:
+    from hybrid.units import parse_memory, to_bytes
+
+    if value is None:
+        return None
+    accepted = 'a memory with a unit, such as "4 GiB", "512MB" or 4 * unit.GiB, up to 1 PiB'
+    if isinstance(value, bool) or isinstance(value, (int, float)):
+        raise reject(accepted + " (a bare number has no unit)",
+                     f'Write it with its unit, e.g. "{value} GiB".')
+    try:
+        quantity = parse_memory(value, "memory")
+        n = to_bytes(quantity)
+    except (ConfigurationError, ValueError, OverflowError, TypeError):
+        raise reject(accepted) from None
+    if n <= 0:
+        raise reject(accepted + ", larger than zero")
+    return n
+
+
+#: A memory, as bytes (> 0, at most 1 PiB).
+Memory = Annotated[int, BeforeValidator(_memory)]
+
+
+def _walltime(value: Any) -> Any:
+    from hybrid.units import parse_walltime
+
+    if value is None:
+        return None
+    try:
+        return parse_walltime(value, "walltime")
+    except (ConfigurationError, ValueError, OverflowError, TypeError):
+        raise reject('a wall time "HH:MM" (e.g. "05:59") or a time quantity such as '
+                     "6 * unit.hour, longer than zero") from None
+
+
+#: A wall time, as ``"HH:MM"``.
+Walltime = Annotated[str, BeforeValidator(_walltime)]
+
+
+def _port_range(value: Any) -> Any:
+    if value is None:
+        return None
+    accepted = 'a port "N" or a range "FIRST:LAST" with 1024 <= FIRST <= LAST <= 65535'
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(
+        value, bool) else ""
+    match = re.fullmatch(r"(\d{1,5})(?::(\d{1,5}))?", text)
+    if not match:
+        raise reject(accepted)
+    first, last = int(match[1]), int(match[2] or match[1])
+    if not 1024 <= first <= last <= 65535:
+        raise reject(accepted)
+    return f"{first}:{last}" if first != last else str(first)
+
+
+#: A port or a port range, normalised to ``"FIRST:LAST"`` (or ``"N"``).
+PortRange = Annotated[str, BeforeValidator(_port_range)]
+
+
+def port_range_bounds(text: str) -> tuple[int, int]:
+    """``"10000:10070"`` -> ``(10000, 10070)`` for a validated :data:`PortRange`."""
+    first, _, last = text.partition(":")
+    return int(first), int(last or first)
+
+
+# --------------------------------------------------------------------------- addresses
+def address(value: Any, schemes: tuple[str, ...] = ("tcp", "tls", "ws", "wss", "ucx"),
+            default_scheme: str = "tcp") -> str:
+    """A Dask address ``scheme://host:port`` (parsed by ``distributed.comm.addressing``)."""
+    from distributed.comm.addressing import parse_address, parse_host_port, unparse_host_port
+
+    accepted = (f"an address {'/'.join(schemes)}://HOST:PORT with a port from 1 to 65535, "
+                "e.g. tls://203.0.113.5:8786")
+    if not isinstance(value, str) or not value.strip():
+        raise reject(accepted)
+    text = value.strip()
+    _one_line(text, accepted)
+    if re.search(r"[\s,'\"\\`$;]", text):
+        raise reject(accepted + " (no spaces, commas, quotes, backslashes, $ or ;)")
+    try:
+        scheme, location = parse_address(text if "://" in text else
+                                         f"{default_scheme}://{text}")
+        host, port = parse_host_port(location)
+    except Exception:
+        raise reject(accepted) from None
+    if scheme not in schemes or not host or not isinstance(port, int) or not (
+            1 <= port <= 65535):
+        raise reject(accepted)
+    return f"{scheme}://{unparse_host_port(host, port)}"
+
+
+#: A Dask address with a port, normalised to ``scheme://host:port``.
+Address = Annotated[str, BeforeValidator(lambda v: None if v is None else address(v))]
+
+
+# --------------------------------------------------------------------------- paths
+def text(value: Any, accepted: str) -> Any:
+    """A non-empty one-line string (``os.PathLike`` taken as its path; ``None`` passes)."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise reject(accepted)
+    return _one_line(value, accepted)
+
+
+def one_line(accepted: str) -> Any:
+    """The validator of :func:`text` with its wording of what is accepted."""
+    return BeforeValidator(lambda value: text(value, accepted))
+
+
+def absolute_path(value: Any) -> Any:
+    """An absolute POSIX path as a string (``None`` passes)."""
+    accepted = "an absolute path as the batch nodes see it, e.g. /depot/me/env"
+    value = text(value, accepted)
+    if value is None:
+        return None
+    if not PurePosixPath(value).is_absolute():
+        raise reject(accepted, "Jobs start in their own directory: give the full path.")
+    return value
+
+
+#: An absolute POSIX path (str or ``os.PathLike``), one line.
+AbsolutePath = Annotated[str, BeforeValidator(absolute_path)]
+
+
+# --------------------------------------------------------------------------- errors
+#: Pydantic's own error types in the words of this package.
+_ACCEPTED = {
+    "bool_type": "True or False",
+    "bool_parsing": "True or False",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "float_type": "a number",
+    "string_type": "a string",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "literal_error": "one of {expected}",
+    "missing": "a value (it is required)",
+    "is_instance_of": "{class}",
+}
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _head(field: str, labels: Mapping[str, str], prefix: str) -> str:
+    """A field as the user gave it: its label, else ``prefix + field`` (a configuration
+    key's words joined by ``-``, as ``hybrid.yaml`` writes them)."""
+    if field in labels:
+        return labels[field]
+    if prefix.startswith("hybrid."):
+        field = field.replace("_", "-")
+    return f"{prefix}{field}"
+
+
+def _field_name(loc: tuple[Any, ...], labels: Mapping[str, str], prefix: str) -> str:
+    if loc and isinstance(loc[0], str):
+        head, rest = _head(loc[0], labels, prefix), loc[1:]
+    else:  # a whole value (no location), or an item of a list given as one value
+        head, rest = prefix.rstrip("."), loc
+    for part in rest:
+        head += f"[{part!r}]" if not isinstance(part, str) or not part.isidentifier() else (
+            f".{part}")
+    return head
+
+
+def _blamed_field(field: str, labels: Mapping[str, str], prefix: str) -> str:
+    """The field a cross-field rule blames (``"job_extra_directives[0]"``), as the user
+    gave it: the label of its first word, then the rest (``"--job-extra-directive[0]"``)."""
+    word = re.match(r"[A-Za-z_][A-Za-z0-9_]*", field)
+    if word is None:
+        return f"{prefix}{field}"
+    return _head(word[0], labels, prefix) + field[word.end():]
+
+
+def configuration_error(error: ValidationError, *, prefix: str = "",
+                        labels: Mapping[str, str] | None = None,
+                        fields: tuple[str, ...] = ()) -> ConfigurationError:
+    """The first problem of a pydantic ``ValidationError`` as a :class:`ConfigurationError`.
+
+    ``labels`` names fields as the user gave them (``{"death_timeout":
+    "hybrid.worker.death-timeout"}`` for a value from configuration); other fields are named
+    ``prefix + field``. ``fields`` lists the accepted names, for unknown ones.
+    """
+    first = error.errors(include_url=False)[0]
+    loc = tuple(part for part in first["loc"] if not (isinstance(part, str) and "[" in part
+                                                        and part.startswith("function-")))
+    name = _field_name(loc, labels or {}, prefix)
+    context = first.get("ctx") or {}
+    kind = first["type"]
+    value = first.get("input")
+    if kind == "hybrid":
+        if "field" in context:
+            name = _blamed_field(context["field"], labels or {}, prefix)
+            value = context["value"]
+        return ConfigurationError(name, value, context["accepted"], context.get("fix") or None)
+    if kind == "extra_forbidden":
+        if not fields:
+            return ConfigurationError(name, value, "no option here: this takes none")
+        return ConfigurationError(name, value, f"a known option, one of {', '.join(fields)}",
+                                  "Check the spelling of the option.")
+    if kind == "value_error":
+        return ConfigurationError(name, value, str(context.get("error", first["msg"])))
+    template = _ACCEPTED.get(kind)
+    accepted = template.format(**context) if template else first["msg"]
+    return ConfigurationError(name, value, accepted)
+
+
+@functools.lru_cache(maxsize=64)
+def _adapter(kind: Any) -> TypeAdapter:
+    return TypeAdapter(kind)
+
+
+def validate_value(kind: Any, value: Any, field: str) -> Any:
+    """One value of one of these types; a problem is a :class:`ConfigurationError`."""
+    try:
+        return _adapter(kind).validate_python(value)
+    except ValidationError as error:
+        raise configuration_error(error, prefix=field) from None
+
+
+def validate(model: type[M], data: Mapping[str, Any], *, prefix: str = "",
+             labels: Mapping[str, str] | None = None) -> M:
+    """``model.model_validate(data)``; a problem is a :class:`ConfigurationError`."""
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as error:
+        raise configuration_error(error, prefix=prefix, labels=labels,
+                                  fields=tuple(model.model_fields)) from None
