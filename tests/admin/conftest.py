@@ -1,6 +1,6 @@
 """Fixtures for the admin tools: a REAL dev gateway and cluster, a REAL Traefik, certificates.
 
-- ``dev_gateway`` (package): a real dask-gateway-server on 127.0.0.1 (hybrid.gateway.dev),
+- ``dev_gateway`` (package): a real dask-gateway-server on 127.0.0.1 (hybrid.gateway_server.dev),
   with hybrid's scheduler preload, stopped with its clusters at the end.
 - ``gateway_cluster`` (package): one scheduler-only cluster of it, with its certificate and key
   written 0600.
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from hybrid.batch.base import write_private
-from hybrid.gateway.dev import DevGateway, start_dev_gateway
+from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
 HEARTBEAT_PERIOD = 1  # seconds: the stock gateway would retire external workers within ~3 s

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from hybrid.admin import doctor
 from hybrid.admin.doctor import DoctorOptions, Status, run_doctor
+from hybrid.batch.htcondor import check_htcondor
 from hybrid.cli import cli
 from hybrid.errors import ConfigurationError
 from tests.admin.conftest import free_port
@@ -210,7 +211,7 @@ def test_htcondor_token_optional_when_other_methods_remain(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With FS beside IDTOKENS a missing token does not stop the check: the schedd is asked."""
     monkeypatch.setenv("CONDOR_CONFIG", str(_condor_config(tmp_path, "IDTOKENS, FS")))
-    result = doctor.check_htcondor()
+    result = check_htcondor()
     assert result.status is Status.fail  # no pool listens there
     assert result.message.startswith("the schedd refused or cannot be reached")
     assert result.message.endswith(f"; also IDTOKENS is configured but no token file is in "

@@ -1,7 +1,7 @@
 """THE end-to-end proof of the ingress: a REAL Traefik runs what ``hybrid admin ingress --form
 file`` prints, in front of a REAL dask-gateway-server's TCP proxy.
 
-An external worker started with hybrid's own worker command (``WorkerOptions.argv()``: the
+An external worker started with hybrid's own worker command (``worker_command()``: the
 command every batch job runs) dials Traefik's entry point with SNI ``daskgateway-<cluster>``,
 joins the cluster's scheduler THROUGH Traefik, stays past the gateway's heartbeats (hybrid's
 preload) and runs a task; the client goes through Traefik too. Workers with a wrong SNI are
@@ -12,7 +12,7 @@ cluster).
 from __future__ import annotations
 
 import subprocess
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,10 @@ from hybrid.admin import doctor
 from hybrid.admin.doctor import Status
 from hybrid.cli import cli
 from hybrid.gateway import scheduler_sni
-from hybrid.worker import TLSFiles, WorkerOptions
-from tests.admin.conftest import HEARTBEAT_PERIOD, free_port, wait_for
+from hybrid.pools import PoolSpec
+from hybrid.worker import Connection, TLSFiles, worker_command
+from tests.admin.conftest import free_port, wait_for
+from tests.gateway.helpers import heartbeats
 
 pytestmark = [pytest.mark.gateway, pytest.mark.timeout(150)]
 
@@ -33,12 +35,10 @@ pytestmark = [pytest.mark.gateway, pytest.mark.timeout(150)]
 def _start_worker(address: str, sni: str, cluster, name: str, log: Path,
                   death_timeout: int) -> subprocess.Popen:
     """``dask worker`` exactly as hybrid's batch jobs run it (no nanny: the SNI needs none)."""
-    options = WorkerOptions(
-        scheduler_address=address, tls=TLSFiles(str(cluster.cert), str(cluster.cert),
-                                                str(cluster.key)),
-        scheduler_sni=sni, nanny=True, death_timeout=death_timeout,
-    )
-    argv = [*options.argv(), "--name", name]
+    tls = TLSFiles(str(cluster.cert), str(cluster.cert), str(cluster.key))
+    spec = PoolSpec.build("ingress", "local", nanny=True, death_timeout=death_timeout)
+    command = worker_command(spec, Connection(address, tls, sni), tls)
+    argv = [*command.argv(sys.executable), "--name", name]
     assert "--no-nanny" in argv and argv[argv.index("--scheduler-sni") + 1] == sni
     with log.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
@@ -107,8 +107,11 @@ def test_worker_joins_through_real_traefik_and_wrong_sni_is_refused(
             assert client.submit(_worker_name, pure=False).result(timeout=30) == (
                 "through-traefik")
             assert client.submit(sum, [1, 2, 3]).result(timeout=30) == 6
-            # several gateway heartbeats later it is still there (hybrid's preload)
-            time.sleep(3 * HEARTBEAT_PERIOD)
+            # three more gateway heartbeats later it is still there (hybrid's plugin): counted
+            # in the gateway's log, not waited for by the clock
+            before = len(heartbeats(dev_gateway.log_text(), gateway_cluster.name))
+            wait_for(lambda: len(heartbeats(dev_gateway.log_text(), gateway_cluster.name))
+                     >= before + 3, 30, "three gateway heartbeats")
             names = [w["name"] for w in client.scheduler_info()["workers"].values()]
             assert names == ["through-traefik"], names
 

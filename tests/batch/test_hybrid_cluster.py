@@ -28,6 +28,8 @@ from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
+VENV_BIN = os.path.dirname(sys.executable)
+
 
 @pytest.mark.htcondor
 @pytest.mark.slurm
@@ -68,7 +70,7 @@ def test_scale_up_down_up_the_batch_system_follows_the_target(slurm_cluster, sta
             cluster.wait_for_workers(target, timeout=60, progress=False)
             wait_for(lambda t=target: len(cluster.connected_workers()) == t, 60,
                      f"{target} connected worker(s)")
-        assert cluster.pools["cpu"].batch.submit_calls == 2  # 3, then +1
+        assert cluster.pools["cpu"].submit_calls == 2  # 3, then +1
     assert slurm_jobs(cluster.name) == []
 
 
@@ -88,16 +90,16 @@ def test_adaptive_grows_only_the_pool_whose_resource_is_in_demand(
             futures = client.map(slow_simulation, range(8), pure=False)
             assert client.gather(futures, errors="raise") == list(range(8))
             del futures
-        assert gpu.batch.submit_calls >= 1
-        assert cpu.batch.submit_calls == 0  # no CPU demand, no CPU job
+        assert gpu.submit_calls >= 1
+        assert cpu.submit_calls == 0  # no CPU demand, no CPU job
         assert cluster.connected_workers("cpu") == []
         # the burst is over: the GPU pool goes back to its minimum
         wait_for(lambda: condor_jobs(cluster.name) == [], 90, "the GPU jobs to be removed")
         wait_for(lambda: cluster.connected_workers() == [], 60, "the workers to leave")
         # bounded: no submit/remove loop went unnoticed
-        assert gpu.batch.submit_calls <= 2
-        assert gpu.batch.remove_calls <= 3
-        assert gpu_adaptive.log.errors == [] and cpu_adaptive.log.errors == []
+        assert gpu.submit_calls <= 2
+        assert gpu.remove_calls <= 3
+        assert gpu_adaptive.errors == [] and cpu_adaptive.errors == []
 
 
 def test_local_pool_target_scaling_and_errors(staging) -> None:
@@ -124,7 +126,7 @@ def test_local_pool_target_scaling_and_errors(staging) -> None:
         workers = cluster.scheduler_info["workers"].values()
         assert sorted(w["nthreads"] for w in workers) == [1, 1]
         assert {w["memory_limit"] for w in workers} == {512 * 2**20}
-        assert len(cluster.pools["b"].batch.active()) == 1
+        assert len(cluster.pools["b"].active()) == 1
     assert not any(staging.glob("*"))
 
 
@@ -153,7 +155,9 @@ def test_evaluator_style_slurm_backend(slurm_cluster, staging) -> None:
     resources = QueueWorkerResources(number_of_gpus=1, per_thread_memory_limit="256 MiB",
                                      wallclock_time_limit="00:10")
     with DaskSLURMBackend(resources_per_worker=resources, queue_name="debug",
-                          setup_script_commands=["export HYBRID_SETUP_RAN=yes"],
+                          # as `conda activate` would: the job's python is looked up after
+                          setup_script_commands=["export HYBRID_SETUP_RAN=yes",
+                                                 f"export PATH={VENV_BIN}:$PATH"],
                           extra_script_options=["--nice=10"],
                           disable_nanny_process=True) as backend:
         script = backend.job_script()
@@ -203,8 +207,8 @@ def test_jobqueue_keys_keep_their_meaning(staging) -> None:
     assert "#SBATCH --time=02:30:00" in script
     assert "#SBATCH --exclusive" in script
     assert "module load apptainer" in script
-    assert "--nthreads 2 --memory-limit 4294967296" in script
-    assert "--lifetime 1h --nworkers 2" in script
+    assert "--nthreads 2 --nworkers 2 --memory-limit 4294967296" in script
+    assert "--death-timeout 60 --lifetime 1h" in script
 
 
 def test_scale_down_moves_results_off_retired_workers(staging) -> None:
@@ -225,4 +229,4 @@ def test_scale_down_moves_results_off_retired_workers(staging) -> None:
             # every result is still there, now on the one remaining worker
             assert client.gather(futures) == [x * x for x in range(30)]
             assert len({w for ws in client.who_has(futures).values() for w in ws}) == 1
-        assert len(cluster.pools["cpu"].batch.active()) == 1
+        assert len(cluster.pools["cpu"].active()) == 1

@@ -17,10 +17,11 @@ import pytest
 from distributed import Client, Scheduler, Security
 from distributed.utils import LoopRunner, sync
 
-from hybrid.batch import BatchPool, JobSpec, JobState, get_system
+from hybrid.batch import JobState, Staging, WorkerJob, get_system
 from hybrid.batch.base import worker_name_suffix, write_private
 from hybrid.errors import WorkersDidNotArrive
-from hybrid.worker import TLSFiles, WorkerOptions
+from hybrid.pools import PoolSpec
+from hybrid.worker import Connection, TLSFiles
 from tests.batch._tasks import environment_value, square
 
 pytestmark = pytest.mark.timeout(240)
@@ -125,24 +126,19 @@ def real_system(request):
 @pytest.mark.slurm
 def test_n_workers_in_one_transaction_join_run_and_leave_exactly(
         real_system, scheduler_factory, staging: Path) -> None:
+    staging_root = staging
     name, info = real_system
     scheduler = scheduler_factory(info["tls"])
     cluster = f"t{os.getpid()}-{name}"
     secret = "it's \"quoted\" $(touch /tmp/hybrid-pwned) `id` ; rm -rf x\nsecond line"
-    spec = JobSpec(
-        cluster=cluster, pool="cpu",
-        worker=WorkerOptions(scheduler_address=scheduler.address, nthreads=1,
-                             resources={"GPU": 0, "notGPU": 1}, tls=scheduler.tls,
-                             nanny=False, death_timeout=60),
-        cores=1, memory=512 * 2**20, walltime="00:15", env={"HYBRID_T_VALUE": secret},
-        tls_source=scheduler.tls,
-    )
+    spec = PoolSpec.build("cpu", name, cores=1, memory="512 MiB", walltime="00:15",
+                          env={"HYBRID_T_VALUE": secret}, nanny=False)
+    job = WorkerJob(cluster, spec, Connection(scheduler.address, scheduler.tls))
     system = get_system(name)
-    pool = BatchPool(system, spec)
-    ids = pool.submit(3)
+    staging = Staging.create(job)
+    ids = system.submit(job, staging.path, 3)
     # one transaction: one HTCondor cluster id / one Slurm array id for all three
     assert len({job_id.split(".")[0].split("_")[0] for job_id in ids}) == 1
-    assert pool.submit_calls == 1
     assert sorted(info["live"](cluster)) == sorted(ids)
 
     expected = {f"{cluster}-cpu-{worker_name_suffix(j)}" for j in ids}
@@ -158,24 +154,29 @@ def test_n_workers_in_one_transaction_join_run_and_leave_exactly(
     assert not Path("/tmp/hybrid-pwned").exists()
 
     # staged secrets are private
-    for path in pool.staging.glob("*.pem"):
+    for path in staging.path.glob("*.pem"):
         assert path.stat().st_mode & 0o777 == 0o600
 
     # remove exactly one job: its worker leaves, the other two stay
     gone = ids[1]
-    pool.remove([gone])
+    system.remove([gone])
     wait_for(lambda: gone not in info["live"](cluster), 60, f"job {gone} to leave the queue")
     assert sorted(info["live"](cluster)) == sorted(set(ids) - {gone})
     gone_worker = f"{cluster}-cpu-{worker_name_suffix(gone)}"
     wait_for(lambda: gone_worker not in scheduler.worker_names(), 60, "its worker to leave")
     assert scheduler.worker_names() >= expected - {gone_worker}
-    states = pool.refresh()
-    assert states[gone].state is JobState.removed
-    assert all(states[j].state is JobState.running for j in ids if j != gone)
+    # HTCondor lists a removed job (JobStatus 3, "removing") until its processes stopped
+    wait_for(lambda: all(not s.state.active for s in system.query(job_ids=[gone],
+                                                                  history=True)),
+             60, f"the batch system to report job {gone} gone")
+    states = {s.job_id: s.state for s in system.query(job_ids=ids, history=True)}
+    assert states[gone] is JobState.removed
+    assert all(states[j] is JobState.running for j in ids if j != gone)
 
-    pool.close()
-    assert info["live"](cluster) == []  # asked of the batch system itself
-    assert not any(staging.glob(f"{cluster}-*"))  # no stray job files
+    assert sorted(system.remove_cluster(cluster)) == sorted(set(ids) - {gone})
+    wait_for(lambda: info["live"](cluster) == [], 60, "the batch system to list no job")
+    staging.remove()
+    assert not any(staging_root.glob(f"{cluster}-*"))  # no stray job files
 
 
 @pytest.mark.htcondor

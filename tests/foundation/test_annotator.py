@@ -138,11 +138,12 @@ def test_task_resources_follow_the_configured_fraction():
 def test_bad_fraction_is_a_configuration_error(fraction):
     with pytest.raises(ConfigurationError) as caught:
         task_resources(True, fraction=fraction)
-    assert caught.value.field == "hybrid.annotator.gpu-fraction"
+    assert caught.value.field == "gpu_fraction"  # the argument, as the caller named it
     assert "a number in (0, 1]" in str(caught.value)
     with dask.config.set({"hybrid.annotator.gpu-fraction": fraction}), pytest.raises(
-            ConfigurationError):
+            ConfigurationError) as caught:
         task_resources(True)
+    assert caught.value.field == "hybrid.annotator.gpu-fraction"  # the configuration key
 
 
 def test_bad_fraction_fails_before_a_client_connects():

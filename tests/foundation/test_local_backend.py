@@ -23,8 +23,8 @@ GPU = ComputeResources(number_of_gpus=1)
 
 
 def _worker_pids(backend: DaskLocalCluster) -> dict[str, int]:
-    """Worker name -> PID of the worker process its nanny started."""
-    pids = {name: nanny.pid for name, nanny in backend.cluster.workers.items()}
+    """Worker name -> PID of the worker's own subprocess (its nanny runs there)."""
+    pids = {name: worker.process.pid for name, worker in backend.cluster.workers.items()}
     assert all(isinstance(pid, int) for pid in pids.values()), pids
     return pids
 
@@ -73,7 +73,9 @@ def test_context_manager_starts_pins_devices_and_stops_everything(monkeypatch):
             assert set(pids) == {"gpu-0", "gpu-1", "cpu-0"}
             children = {p.pid for p in psutil.Process().children(recursive=True)}
             assert set(pids.values()) <= children
-            assert _by_name(backend, client.run(os.getpid)) == pids
+            # each worker runs in (a child of) its own subprocess, not a child of this one
+            for name, pid in _by_name(backend, client.run(os.getpid)).items():
+                assert pids[name] in {p.pid for p in psutil.Process(pid).parents()}
 
             seen = _by_name(backend, client.run(worker_environment, "CUDA_VISIBLE_DEVICES"))
             assert seen["gpu-0"] == "0"
@@ -128,8 +130,13 @@ def test_annotate_resources_false_reaches_the_client():
 # ---------------------------------------------------------------- worker specs (no processes)
 
 
+def _resources(backend: DaskLocalCluster) -> dict[str, dict[str, float]]:
+    return {name: spec["options"]["worker_kwargs"]["resources"]
+            for name, spec in backend.worker_specs().items()}
+
+
 def _devices(backend: DaskLocalCluster) -> dict[str, str | None]:
-    return {name: spec["options"]["env"].get("CUDA_VISIBLE_DEVICES")
+    return {name: spec["options"]["worker_kwargs"]["env"].get("CUDA_VISIBLE_DEVICES")
             for name, spec in backend.worker_specs().items()}
 
 
@@ -144,9 +151,9 @@ def test_worker_specs_give_each_gpu_worker_its_own_devices(monkeypatch):
         assert _devices(backend) == {"gpu-0": "0,1", "gpu-1": "2,3", "small-0": "4",
                                      "cpu-0": None, "cpu-1": None}
     specs = backend.worker_specs()
-    assert specs["gpu-0"]["options"]["resources"] == {"GPU": 2, "notGPU": 0}
-    assert specs["cpu-1"]["options"]["resources"] == {"GPU": 0, "notGPU": 3}
-    assert specs["cpu-1"]["options"]["nthreads"] == 3
+    assert specs["gpu-0"]["options"]["worker_kwargs"]["resources"] == {"GPU": 2, "notGPU": 0}
+    assert specs["cpu-1"]["options"]["worker_kwargs"]["resources"] == {"GPU": 0, "notGPU": 3}
+    assert specs["cpu-1"]["options"]["worker_kwargs"]["nthreads"] == 3
 
 
 def test_gpu_workers_take_cpu_tasks_only_when_there_is_no_cpu_pool(monkeypatch):
@@ -155,11 +162,11 @@ def test_gpu_workers_take_cpu_tasks_only_when_there_is_no_cpu_pool(monkeypatch):
                                 resources_per_worker=ComputeResources(number_of_threads=3,
                                                                       number_of_gpus=1),
                                 pools={"big": (1, GPU)})
-    resources = {n: s["options"]["resources"] for n, s in only_gpu.worker_specs().items()}
+    resources = _resources(only_gpu)
     assert resources == {"gpu-0": {"GPU": 1, "notGPU": 3}, "big-0": {"GPU": 1, "notGPU": 1}}
     mixed = DaskLocalCluster(number_of_workers=1, resources_per_worker=GPU,
                              pools={"cpu": (1, ComputeResources(number_of_threads=2))})
-    resources = {n: s["options"]["resources"] for n, s in mixed.worker_specs().items()}
+    resources = _resources(mixed)
     assert resources == {"gpu-0": {"GPU": 1, "notGPU": 0}, "cpu-0": {"GPU": 0, "notGPU": 2}}
 
 
@@ -197,7 +204,7 @@ BAD_INPUTS = [
      "DaskLocalCluster.pools['gpu']", "a pool name other than ['gpu']"),
     ({"pools": {"cpu": (1, ComputeResources())}}, "DaskLocalCluster.pools['cpu']",
      "a pool name other than ['cpu']"),
-    ({"gpu_fraction": 0}, "hybrid.annotator.gpu-fraction", "a number in (0, 1]"),
+    ({"gpu_fraction": 0}, "DaskLocalCluster.gpu_fraction", "a number in (0, 1]"),
 ]
 
 

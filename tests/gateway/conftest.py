@@ -1,4 +1,4 @@
-"""Fixtures that run a REAL dask-gateway-server on 127.0.0.1 (hybrid.gateway.dev).
+"""Fixtures that run a REAL dask-gateway-server on 127.0.0.1 (hybrid.gateway_server.dev).
 
 - ``dev_gateway`` (session): one dev gateway, heartbeat every second, hybrid's preload.
 - ``start_gateway`` (function): a factory for more gateways with other settings, all stopped
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from hybrid.gateway.dev import DevGateway, start_dev_gateway
-from tests.gateway.helpers import ExternalWorkers
+from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
+from tests.gateway.helpers import ExternalWorkers, gateway_client
 
 #: Seconds between scheduler heartbeats in the test gateways (the server's minimum).
 HEARTBEAT_PERIOD = 1
@@ -62,20 +62,11 @@ def start_gateway() -> Iterator[Callable[..., DevGateway]]:
         gateway.stop()
 
 
-def _stop_all_clusters(client: Any) -> None:
-    for report in client.list_clusters():
-        client.stop_cluster(report.name)
-
-
 @pytest.fixture
 def gateway(dev_gateway: DevGateway) -> Iterator[Any]:
     """A ``dask_gateway.Gateway`` of the session's dev gateway; its clusters end with the test."""
-    client = dev_gateway.gateway()
-    try:
+    with gateway_client(dev_gateway) as client:
         yield client
-    finally:
-        _stop_all_clusters(client)
-        client.close()
 
 
 @pytest.fixture

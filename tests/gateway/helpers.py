@@ -5,13 +5,15 @@ Importable by other test folders (``from tests.gateway.helpers import ...``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +43,18 @@ class ExternalWorkers:
         self.processes: dict[str, subprocess.Popen] = {}
 
     def start(self, scheduler_address: str, cluster_name: str, cert: Path, key: Path, name: str,
-              *, sni: str | None = None, death_timeout: int = 60) -> subprocess.Popen:
+              *, sni: str | None = None, death_timeout: int = 60, nthreads: int = 1,
+              memory_limit: str | None = None) -> subprocess.Popen:
         """``python -m dask worker tls://PROXY --scheduler-sni daskgateway-NAME --no-nanny ...``."""
         argv = [
             sys.executable, "-m", "dask", "worker", scheduler_address,
             "--scheduler-sni", sni if sni is not None else scheduler_sni(cluster_name),
             "--no-nanny", "--tls-ca-file", str(cert), "--tls-cert", str(cert),
-            "--tls-key", str(key), "--name", name, "--nthreads", "1",
+            "--tls-key", str(key), "--name", name, "--nthreads", str(nthreads),
             "--death-timeout", str(death_timeout),
         ]
+        if memory_limit is not None:
+            argv += ["--memory-limit", memory_limit]
         log = open(self.log_dir / f"{name}.log", "wb")  # the child keeps its own descriptor
         try:
             process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
@@ -110,7 +115,39 @@ _HEARTBEAT = re.compile(r"Cluster (?P<name>[0-9a-f]+) heartbeat \[count: (?P<cou
                         r"n_active: (?P<active>\d+)")
 
 
+def scheduler_log(state_dir: Path, cluster_name: str) -> str:
+    """A dev gateway cluster's scheduler log ("" once the cluster directory is gone)."""
+    path = state_dir / "clusters" / cluster_name / "logs" / "scheduler.log"
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def heartbeats(log_text: str, cluster_name: str) -> list[dict[str, int]]:
     """The gateway's heartbeat log lines for a cluster, as ``{"count", "active"}`` dicts."""
     return [{"count": int(m["count"]), "active": int(m["active"])}
             for m in _HEARTBEAT.finditer(log_text) if m["name"] == cluster_name]
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 30,
+                message: str = "condition") -> None:
+    """In the event loop: wait until ``predicate()`` is true, or fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout:g} s")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.contextmanager
+def gateway_client(dev: Any) -> Iterator[Any]:
+    """A ``dask_gateway.Gateway`` of a dev gateway; its clusters are stopped at exit."""
+    client = dev.gateway()
+    try:
+        yield client
+    finally:
+        for report in client.list_clusters():
+            client.stop_cluster(report.name)
+        client.close()

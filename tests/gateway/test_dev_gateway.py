@@ -1,7 +1,7 @@
-"""A real dask-gateway-server on loopback: scheduler-only clusters and external workers.
+"""A real dask-gateway-server on loopback: the gateway's own workers and external workers.
 
-Workers are started as batch jobs start them (``dask worker tls://PROXY --scheduler-sni
-daskgateway-NAME --no-nanny ...``) and join through the gateway's TCP proxy.
+External workers are started as batch jobs start them (``dask worker tls://PROXY
+--scheduler-sni daskgateway-NAME --no-nanny ...``) and join through the gateway's TCP proxy.
 """
 
 from __future__ import annotations
@@ -12,13 +12,23 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from dask_gateway import BasicAuth, Gateway, GatewayWarning
+from dask_gateway import BasicAuth, Gateway, GatewayClusterError
 from distributed import get_worker
 
-from hybrid.gateway import PRELOAD_MODULE, scheduler_sni
-from hybrid.gateway.dev import DevGateway
-from hybrid.gateway.server_config import DEFAULT_SCHEDULER_IMAGE
-from tests.gateway.helpers import heartbeats, wait_for, worker_names, write_tls_files
+from hybrid.gateway import scheduler_sni
+from hybrid.gateway_server import PRELOAD_MODULE
+from hybrid.gateway_server.backend import NO_GATEWAY_WORKERS
+from hybrid.gateway_server.dev import DevGateway
+from hybrid.gateway_server.scheduler import LIMITS_METADATA_KEY, is_gateway_worker
+from hybrid.gateway_server.settings import DEFAULT_SCHEDULER_IMAGE
+from tests.gateway.helpers import (
+    gateway_client,
+    heartbeats,
+    scheduler_log,
+    wait_for,
+    worker_names,
+    write_tls_files,
+)
 
 pytestmark = [
     pytest.mark.gateway,
@@ -58,7 +68,21 @@ def _registered(external_workers, *names: str) -> bool:
     return all("Registered to:" in external_workers.log(name) for name in names)
 
 
-def test_clusters_are_scheduler_only_and_shut_down_cleanly(dev_gateway, gateway):
+def _gateway_processes(dev: DevGateway, kind: str) -> list[psutil.Process]:
+    """The server's children that run ``dask <kind>`` (scheduler or worker)."""
+    found = []
+    for child in psutil.Process(dev.pid).children():
+        try:
+            command = child.cmdline()
+        except psutil.Error:
+            continue
+        if command[1:4] == ["-m", "dask", kind]:
+            found.append(child)
+    return found
+
+
+def test_a_cluster_without_a_batch_pool_scales_like_a_stock_gateway_cluster(
+        dev_gateway, gateway, external_workers, tmp_path):
     options = gateway.cluster_options()
     assert options.image == DEFAULT_SCHEDULER_IMAGE
     with pytest.raises(ValueError, match="not a valid option"):
@@ -66,28 +90,69 @@ def test_clusters_are_scheduler_only_and_shut_down_cleanly(dev_gateway, gateway)
     cluster = gateway.new_cluster(image=DEFAULT_SCHEDULER_IMAGE)
     command = _scheduler_process(dev_gateway, cluster.name).cmdline()
     ours = command.index(PRELOAD_MODULE)
-    stock = command.index("dask_gateway.scheduler_preload")
-    assert command[ours - 1] == "--preload" and ours < stock
+    assert command[ours - 1] == "--preload" and "dask_gateway.scheduler_preload" in command
     assert command[1:4] == ["-m", "dask", "scheduler"]
-
-    with pytest.warns(GatewayWarning, match="exceed resource limit of 0 workers"):
-        cluster.scale(2)
-    seen = _wait_through_heartbeats(dev_gateway, cluster.name)
-    assert all(beat == {"count": 0, "active": 0} for beat in seen), seen
     client = cluster.get_client()
-    assert worker_names(client) == set()
-    children = psutil.Process(dev_gateway.pid).children()
-    assert not any("worker" in " ".join(p.cmdline()) for p in children)
+    assert worker_names(client) == set()  # a new cluster has its scheduler only
+    cert, key = write_tls_files(cluster.security, tmp_path / "tls")
+    external_workers.start(dev_gateway.worker_scheduler_address, cluster.name, cert, key,
+                           "ext-0")
+    wait_for(lambda: worker_names(client) == {"ext-0"}, timeout=60, message="ext-0 joined")
+
+    cluster.scale(2)  # the gateway's own workers, as on a stock gateway
+    wait_for(lambda: len(worker_names(client)) == 3, timeout=60, message="two gateway workers")
+    own = worker_names(client) - {"ext-0"}
+    assert all(is_gateway_worker(name) for name in own)
+    assert len(_gateway_processes(dev_gateway, "worker")) == 2
+    ran_on = set(client.gather(client.map(lambda i: get_worker().name, range(40), pure=False)))
+    assert ran_on <= own | {"ext-0"} and ran_on & own
+
+    cluster.scale(0)  # the gateway retires its own workers, never the external one
+    wait_for(lambda: worker_names(client) == {"ext-0"}, timeout=60,
+             message="the gateway's workers retired")
+    _wait_through_heartbeats(dev_gateway, cluster.name)
+    assert worker_names(client) == {"ext-0"}
+    assert "scheduler-remove-worker" not in external_workers.log("ext-0")
     client.close()
 
     # shutdown leaves no cluster, no scheduler and no cluster directory
     scheduler = _scheduler_process(dev_gateway, cluster.name)
-    assert cluster.name in {c.name for c in gateway.list_clusters()}
     cluster.shutdown()
     assert cluster.name not in {c.name for c in gateway.list_clusters()}
     wait_for(lambda: not scheduler.is_running(), timeout=30, message="scheduler exit")
     wait_for(lambda: not (dev_gateway.state_dir / "clusters" / cluster.name).exists(),
              timeout=10, message="cluster directory removed")
+
+
+def test_worker_options_size_the_gateways_workers(gateway):
+    options = gateway.cluster_options()
+    assert (options.worker_cores, options.worker_memory) == (1, 2.0)
+    cluster = gateway.new_cluster(worker_cores=2, worker_memory=0.5)
+    client = cluster.get_client()
+    assert client.get_metadata(LIMITS_METADATA_KEY) == {
+        "max_workers": None, "max_cores": None, "max_memory": None}
+    cluster.scale(1)
+    wait_for(lambda: client.scheduler_info()["workers"], timeout=60, message="a worker")
+    (worker,) = client.scheduler_info()["workers"].values()
+    assert (worker["nthreads"], worker["memory_limit"]) == (2, 2**29)
+    client.close()
+    cluster.shutdown()
+
+
+def test_a_gateway_that_starts_no_workers_refuses_to_scale_and_says_why(start_gateway):
+    dev = start_gateway(gateway_workers=False)
+    assert 'new_cluster(pool="local")' in dev.banner()
+    assert "starts no workers itself" in dev.banner()
+    with gateway_client(dev) as gateway:
+        cluster = gateway.new_cluster()
+        with pytest.raises(GatewayClusterError, match="starts no workers itself") as refused:
+            cluster.scale(2)
+        assert NO_GATEWAY_WORKERS in str(refused.value)
+        with pytest.raises(GatewayClusterError, match="starts no workers itself"):
+            cluster.adapt(minimum=1, maximum=2)
+        cluster.scale(0)  # asks for no worker: fine
+        assert _gateway_processes(dev, "worker") == []
+        cluster.shutdown()
 
 
 def test_external_workers_join_through_the_proxy_and_stay(dev_gateway, gateway,
@@ -120,8 +185,7 @@ def test_the_preload_is_what_keeps_external_workers(start_gateway, external_work
                                                     preload, kept):
     """``none`` is the stock gateway (the control): it retires the external workers."""
     dev = start_gateway(preload=preload)
-    gateway = dev.gateway()
-    try:
+    with gateway_client(dev) as gateway:
         cluster = gateway.new_cluster()
         command = _scheduler_process(dev, cluster.name).cmdline()
         assert PRELOAD_MODULE not in command  # not by module name in either case
@@ -137,14 +201,47 @@ def test_the_preload_is_what_keeps_external_workers(start_gateway, external_work
         removed = ["scheduler-remove-worker" in external_workers.log(n) for n in ("ext-0", "ext-1")]
         client.close()
         cluster.shutdown()
-    finally:
-        for report in gateway.list_clusters():
-            gateway.stop_cluster(report.name)
-        gateway.close()
     if kept:
         assert names == {"ext-0", "ext-1"} and removed == [False, False]
     else:
         assert names == set() and removed == [True, True]
+
+
+@pytest.mark.parametrize(("limit", "published", "sizes", "words"), [
+    ({"cluster_max_workers": 1}, {"max_workers": 1, "max_cores": None, "max_memory": None},
+     [{}, {}], "cluster_max_workers = 1 (the cluster would have 2 workers)"),
+    ({"cluster_max_cores": 3}, {"max_workers": 2, "max_cores": 2.0, "max_memory": None},
+     [{"nthreads": 2}, {"nthreads": 1}], "cluster_max_cores = 2 for the workers"),
+    # dask-gateway derives max_workers from its worker size: (3 - 2) GiB / 512 MiB
+    ({"cluster_max_memory": "3 GiB", "worker_memory": "512 MiB"},
+     {"max_workers": 2, "max_cores": None, "max_memory": 2**30},
+     [{"memory_limit": "600MiB"}, {"memory_limit": "600MiB"}],
+     "cluster_max_memory = 1073741824 bytes for the workers"),
+])
+def test_external_workers_beyond_the_admins_limits_are_refused(
+        start_gateway, external_workers, tmp_path, limit, published, sizes, words):
+    """The admin's cluster limits apply to batch workers; clients find them published."""
+    dev = start_gateway(**limit)
+    with gateway_client(dev) as gateway:
+        cluster = gateway.new_cluster()
+        client = cluster.get_client()
+        assert client.get_metadata(LIMITS_METADATA_KEY) == published
+        cert, key = write_tls_files(cluster.security, tmp_path / "tls")
+        address = dev.worker_scheduler_address
+        external_workers.start(address, cluster.name, cert, key, "ext-0", **sizes[0])
+        wait_for(lambda: worker_names(client) == {"ext-0"}, timeout=60, message="ext-0 joined")
+        refused = external_workers.start(address, cluster.name, cert, key, "ext-1", **sizes[1])
+        wait_for(lambda: refused.poll() is not None, timeout=60, message="ext-1 refused")
+        log = scheduler_log(dev.state_dir, cluster.name)
+        _wait_through_heartbeats(dev, cluster.name)
+        names = worker_names(client)
+        client.close()
+        cluster.shutdown()
+    assert names == {"ext-0"}
+    assert refused.returncode != 0
+    assert f"hybrid: this cluster refuses the worker: it would exceed {words}" in (
+        external_workers.log("ext-1"))
+    assert "Refusing external worker ext-1 " in log and words in log
 
 
 def test_wrong_certificate_and_wrong_sni_are_refused(dev_gateway, gateway, external_workers,
@@ -185,8 +282,7 @@ def test_wrong_certificate_and_wrong_sni_are_refused(dev_gateway, gateway, exter
 
 def test_lifetime_limits_on_a_real_gateway(start_gateway):
     dev = start_gateway(client_timeout=2, max_lifetime=6)
-    gateway = dev.gateway()
-    try:
+    with gateway_client(dev) as gateway:
         orphan = gateway.new_cluster(shutdown_on_close=False)
         attended = gateway.new_cluster(shutdown_on_close=False)
         client = attended.get_client()
@@ -202,19 +298,15 @@ def test_lifetime_limits_on_a_real_gateway(start_gateway):
                  message="the cluster culled at its maximum lifetime")
         lived = time.monotonic() - started
         client.close()
-    finally:
-        for report in gateway.list_clusters():
-            gateway.stop_cluster(report.name)
-        gateway.close()
     assert lived >= 6 - 4  # the cluster started a few seconds before `started`
 
 
 def test_dev_gateway_state_is_private_and_the_password_is_checked(dev_gateway):
-    for name in ("dask_gateway_config.py", "password", "db-key", "gateway.log",
+    for name in ("hybrid-gateway.yaml", "password", "db-key", "gateway.log",
                  "gateway.sqlite"):
         assert (dev_gateway.state_dir / name).stat().st_mode & 0o077 == 0, name
     assert dev_gateway.state_dir.stat().st_mode & 0o077 == 0
-    assert dev_gateway.password not in dev_gateway.config_path.read_text()
+    assert dev_gateway.password not in dev_gateway.settings_path.read_text()
     assert dev_gateway.password not in dev_gateway.log_text()
     assert "password" not in repr(dev_gateway)
     wrong = Gateway(address=dev_gateway.address, proxy_address=dev_gateway.proxy_address,

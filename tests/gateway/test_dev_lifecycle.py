@@ -20,7 +20,7 @@ from dask_gateway import BasicAuth, Gateway
 
 from hybrid.cli import cli
 from hybrid.errors import ConfigurationError
-from hybrid.gateway.dev import DevGatewayError, free_port, start_dev_gateway
+from hybrid.gateway_server.dev import DevGatewayError, free_port, start_dev_gateway
 from tests.gateway.helpers import wait_for
 
 pytestmark = [
@@ -42,16 +42,21 @@ def test_state_dir_is_kept_password_reused_and_processes_ended(tmp_path):
     try:
         gateway = first.gateway()
         cluster = gateway.new_cluster(shutdown_on_close=False)
+        cluster.scale(1)  # one of the gateway's own workers, left running too
+        client = cluster.get_client()
+        wait_for(lambda: client.scheduler_info()["workers"], timeout=60,
+                 message="the gateway's worker")
+        client.close()
         cluster.close()
         gateway.close()
         started = psutil.Process(first.pid).children(recursive=True)
-        assert len(started) >= 2  # the proxy and the cluster's scheduler
+        assert len(started) >= 3  # the proxy, the cluster's scheduler and its worker
     finally:
         first.stop()
     assert not first.running
     wait_for(lambda: _all_gone(started), timeout=10, message="no process left")
     assert {p.name for p in state.iterdir()} >= {"password", "db-key", "gateway.sqlite",
-                                                  "dask_gateway_config.py", "gateway.log"}
+                                                  "hybrid-gateway.yaml", "gateway.log"}
     assert list((state / "clusters").iterdir()) == []  # its cluster directory was removed
     assert first.password not in first.log_text()
 
@@ -67,8 +72,11 @@ def test_a_server_that_fails_to_start_reports_its_log_and_leaves_nothing(tmp_pat
     (state / "db-key").write_text("not a key\n")  # a corrupted state directory
     with pytest.raises(DevGatewayError, match="exited") as error:
         start_dev_gateway(state_dir=state, start_timeout=60)
-    assert "db_encrypt_keys" in str(error.value) or "key" in str(error.value).lower()
+    assert "db_key_file" in str(error.value)  # hybrid's check of the key file's mode
     assert "Its log ends with" in str(error.value)
+    (state / "db-key").chmod(0o600)
+    with pytest.raises(DevGatewayError, match="db_encrypt_keys"):  # dask-gateway's own check
+        start_dev_gateway(state_dir=state, start_timeout=60)
 
 
 def test_bad_settings_are_refused_before_anything_starts(tmp_path):
@@ -86,7 +94,11 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path):
                               ({"username": "a:b"}, "username"),
                               ({"state_dir": a_file}, "state_dir"),
                               ({"heartbeat_period": 0}, "heartbeat_period"),
-                              ({"preload": "sometimes"}, "preload")]:
+                              ({"preload": "sometimes"}, "preload"),
+                              ({"backend": "kubernetes"}, "backend"),
+                              ({"password_file": "/etc/passwd"}, "password_file"),
+                              ({"cluster_max_workers": "many"}, "cluster_max_workers"),
+                              ({"no_such_setting": 1}, "no_such_setting")]:
             before = set(os.listdir(tmp_path))
             with pytest.raises(ConfigurationError) as error:
                 start_dev_gateway(**kwargs)
@@ -147,6 +159,9 @@ def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
         proxy = re.search(r"proxy \(TCP\):\s+(gateway://127\.0\.0\.1:\d+)", banner)[1]
         user, shown_password = re.search(r"user/password:\s+(\S+) / (\S+)", banner).groups()
         assert f"HTCGateway(address={address!r}, proxy_address={proxy!r}" in banner
+        assert "cluster = gateway.new_cluster()" in banner  # the gateway's own workers
+        assert 'cluster = gateway.new_cluster(pool="local")' in banner  # batch-style ones
+        assert "cluster.scale(2)" in banner
         if password:
             assert shown_password == password
         gateway = Gateway(address=address, proxy_address=proxy,
@@ -156,7 +171,7 @@ def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
         gateway.close()
         descendants = psutil.Process(process.pid).children(recursive=True)
         server = [p for p in descendants if "dask_gateway_server" in " ".join(p.cmdline())]
-        state_dir = Path(server[0].cmdline()[-1]).parent
+        state_dir = Path(server[0].cwd())  # the server runs in its state directory
         assert state_dir.exists() and len(descendants) >= 3  # server, proxy, scheduler
         process.send_signal(sig)
         process.wait(60)
@@ -173,3 +188,17 @@ def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
     wait_for(lambda: _all_gone(descendants), timeout=10, message="no process left")
     assert not state_dir.exists()
     assert text.count(shown_password) == 2  # the banner's two lines, nowhere else
+
+
+@pytest.mark.parametrize("command", [["gateway"], ["gateway", "dev"],
+                                     ["admin", "gateway-config"]])
+def test_every_help_ends_with_examples(command):
+    result = CliRunner().invoke(cli, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    text = result.output.rstrip()
+    options_at, examples_at = text.find("Options:"), text.rfind("Examples:")
+    assert 0 < options_at < examples_at
+    examples = [line.strip() for line in text[examples_at:].splitlines()[1:]]
+    assert examples and all(line.startswith(("hybrid ", "--", ">")) for line in examples), (
+        examples)
+    assert examples[0].startswith("hybrid " + " ".join(command))

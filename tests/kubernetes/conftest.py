@@ -11,7 +11,11 @@ import dask
 import pytest
 from distributed import Client, LocalCluster
 
+from hybrid.batch import WorkerJob
+from hybrid.kubernetes import KubernetesPods
+from hybrid.pools import PoolSpec
 from hybrid.resources import PodResources
+from hybrid.worker import Connection, TLSFiles
 from tests.kubernetes import _tasks
 from tests.kubernetes.kube_api_double import KubeAPIServerDouble, NodeDouble
 
@@ -44,6 +48,17 @@ def cpu_resources(minimum: int = 0, maximum: int = 2, **changes) -> PodResources
     return PodResources(minimum, maximum, **settings)
 
 
+def worker_job(system: KubernetesPods | str = "kubernetes", resources: PodResources | None = None,
+               pool: str = "cpu", cluster: str = "k8s-test",
+               address: str = "tcp://127.0.0.1:1", tls: TLSFiles | None = None,
+               **options) -> WorkerJob:
+    """A pool's job as HybridCluster.add_pool builds it (no nanny, a short death timeout:
+    quicker), for a scheduler at ``address``."""
+    options = {"nanny": False, "death_timeout": 20, **options}
+    spec = PoolSpec.build(pool, system, resources, **options)
+    return WorkerJob(cluster, spec, Connection(address, tls))
+
+
 def double_nodes() -> list[NodeDouble]:
     """A CPU node and a tainted GPU node with four GPUs."""
     return [
@@ -66,9 +81,13 @@ def hybrid_settings(tmp_path) -> Iterator[None]:
 
 @pytest.fixture
 def kube(tmp_path) -> Iterator[KubeAPIServerDouble]:
-    """The API server double, with a bearer token; checks every pod process is gone after."""
+    """The API server double, with a bearer token; checks every pod process is gone after.
+
+    Its kubelet takes half a second to act on a deletion, so deleted pods are seen while
+    they are being deleted, as on a real cluster."""
     double = KubeAPIServerDouble(tmp_path / "kube", nodes=double_nodes(), token=TOKEN,
-                                 missing_images=(MISSING_IMAGE,)).start()
+                                 missing_images=(MISSING_IMAGE,),
+                                 termination_delay=0.5).start()
     try:
         yield double
     finally:

@@ -6,7 +6,10 @@ exactly as to a cluster. It implements only what hybrid uses:
 
 * pods: create, read, list (label selector, ``limit``/``continue``), delete (graceful), log;
 * secrets: create, read, replace, list, delete;
-* persistent volume claims: create, read, list, delete; events: list (field selector).
+* persistent volume claims: create, read, list, delete; events: list (field selector);
+* watches (``?watch=true``) of any of these, from a ``resourceVersion`` on: ``ADDED``,
+  ``MODIFIED`` and ``DELETED`` events as JSON lines of a chunked response, until
+  ``timeoutSeconds``.
 
 Every object it receives is validated against the official OpenAPI schema (the
 ``kubernetes-validate`` package, strict, Kubernetes 1.33) and against the API server's own
@@ -264,7 +267,9 @@ class KubeAPIServerDouble:
     (``default_storage_class`` is used when a claim names none); ``missing_images`` cannot be
     pulled; ``token`` (if set) must come as ``Authorization: Bearer <token>``;
     ``page_size`` caps list pages (a real server may return fewer items than ``limit``);
-    ``pod_quota`` is a ResourceQuota on the number of live pods per namespace (403 beyond).
+    ``pod_quota`` is a ResourceQuota on the number of live pods per namespace (403 beyond);
+    ``termination_delay`` is how long the pretend kubelet takes to act on a pod's deletion
+    (a real one takes its time too: the pod stays listed, being deleted, meanwhile).
     """
 
     def __init__(self, root: Path, nodes: list[NodeDouble] | None = None,
@@ -272,7 +277,8 @@ class KubeAPIServerDouble:
                  default_storage_class: str | None = "standard",
                  missing_images: tuple[str, ...] = (), token: str | None = None,
                  page_size: int | None = None, bind_delay: float = 0.3,
-                 image_env: dict[str, str] | None = None, pod_quota: int | None = None):
+                 image_env: dict[str, str] | None = None, pod_quota: int | None = None,
+                 termination_delay: float = 0.0):
         self.root = Path(root)
         self.nodes = nodes if nodes is not None else [NodeDouble("node-1")]
         self.storage_classes = set(storage_classes)
@@ -283,6 +289,7 @@ class KubeAPIServerDouble:
         self.bind_delay = bind_delay
         self.image_env = dict(image_env or {})
         self.pod_quota = pod_quota
+        self.termination_delay = termination_delay
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.runtimes: dict[tuple[str, str], _Runtime] = {}
         #: Every request served: (method, path with query).
@@ -292,6 +299,10 @@ class KubeAPIServerDouble:
         #: PIDs of every process the double started.
         self.started_pids: list[int] = []
         self._claim_created: dict[tuple[str, str], float] = {}
+        #: (resource, namespace, name) -> the version at which the object was created.
+        self._created_version: dict[tuple[str, str, str], int] = {}
+        #: Deleted objects, for watches: (version of the deletion, resource, namespace, obj).
+        self._tombstones: list[tuple[int, str, str, dict[str, Any]]] = []
         self._claim_reported: set[tuple[str, str]] = set()
         self._lock = threading.RLock()
         self._version = 0
@@ -338,8 +349,8 @@ class KubeAPIServerDouble:
         for runtime in runtimes:
             self._terminate(runtime, grace=5)
 
-    def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` for this double."""
+    def configuration(self) -> Any:
+        """A ``kubernetes.client.Configuration`` for this double."""
         from kubernetes import client
 
         configuration = client.Configuration()
@@ -347,7 +358,13 @@ class KubeAPIServerDouble:
         if self.token:
             configuration.api_key = {"authorization": self.token}
             configuration.api_key_prefix = {"authorization": "Bearer"}
-        return client.ApiClient(configuration)
+        return configuration
+
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this double."""
+        from kubernetes import client
+
+        return client.ApiClient(self.configuration())
 
     def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
         """A kubeconfig file whose current context is this double."""
@@ -421,6 +438,9 @@ class KubeAPIServerDouble:
                 raise APIError(400, "BadRequest", "the request body is not JSON") from None
         with self._lock:
             answer: tuple[int, dict[str, Any]] | None = None
+            if name is None and method == "GET" and str(query.get("watch", "")).lower() in (
+                    "true", "1"):
+                raise _WatchAnswer(resource, namespace, query)
             if name is None and method == "GET":
                 answer = 200, self._list(resource, namespace, query)
             elif name is None and method == "POST":
@@ -607,6 +627,9 @@ class KubeAPIServerDouble:
         elif resource == "secrets":
             obj.setdefault("type", "Opaque")
         self.objects[(resource, namespace, name)] = obj
+        self._created_version[(resource, namespace, name)] = int(metadata["resourceVersion"])
+        if resource == "persistentvolumeclaims" and self.bind_delay <= 0:
+            self._bind_claim(namespace, obj)
         return obj
 
     def _replace(self, resource: str, namespace: str, name: str, obj: Any) -> dict[str, Any]:
@@ -625,8 +648,11 @@ class KubeAPIServerDouble:
     def _delete(self, resource: str, namespace: str, name: str, query: dict[str, str],
                 options: Any) -> dict[str, Any]:
         obj = self._get(resource, namespace, name)
-        if resource != "pods":
-            del self.objects[(resource, namespace, name)]
+        if resource == "persistentvolumeclaims":  # answered with the deleted object
+            self._forget(resource, namespace, name)
+            return obj
+        if resource != "pods":  # answered with a Status, as for secrets
+            self._forget(resource, namespace, name)
             return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                     "details": {"name": name, "kind": resource}}
         grace = query.get("gracePeriodSeconds")
@@ -638,7 +664,7 @@ class KubeAPIServerDouble:
         running = runtime is not None and runtime.process is not None and (
             runtime.process.poll() is None)
         if not running:
-            del self.objects[(resource, namespace, name)]
+            self._forget(resource, namespace, name)
             return obj
         if not obj["metadata"].get("deletionTimestamp"):
             obj["metadata"]["deletionTimestamp"] = now_text()
@@ -650,9 +676,75 @@ class KubeAPIServerDouble:
         return obj
 
     def _finish_deletion(self, namespace: str, name: str, runtime: _Runtime, grace: int) -> None:
+        self._stop.wait(self.termination_delay)
         self._terminate(runtime, grace)
         with self._lock:
-            self.objects.pop(("pods", namespace, name), None)
+            if ("pods", namespace, name) in self.objects:
+                self._forget("pods", namespace, name)
+
+    def _forget(self, resource: str, namespace: str, name: str) -> None:
+        """Remove a stored object, leaving a tombstone for watches (call under the lock)."""
+        obj = self.objects.pop((resource, namespace, name))
+        self._created_version.pop((resource, namespace, name), None)
+        gone = json.loads(json.dumps(obj))
+        gone["metadata"]["resourceVersion"] = self._next_version()
+        self._tombstones.append((int(gone["metadata"]["resourceVersion"]), resource, namespace,
+                                 gone))
+
+    # ------------------------------------------------------------------ watches
+    def watch_events(self, resource: str, namespace: str, query: dict[str, str]) -> Any:
+        """The events of a watch, as the API streams them (a generator of dicts).
+
+        From ``resourceVersion`` on (without one: ``ADDED`` for every object first), until
+        ``timeoutSeconds`` or until the double stops.
+        """
+        end = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+
+        def matches(obj: dict[str, Any]) -> bool:
+            return label_selector_matches(query.get("labelSelector"),
+                                          obj["metadata"].get("labels") or {}) and (
+                field_selector_matches(query.get("fieldSelector"), obj))
+
+        def current() -> dict[str, dict[str, Any]]:
+            return {name: json.loads(json.dumps(obj))
+                    for (res, ns, name), obj in self.objects.items()
+                    if res == resource and ns == namespace and matches(obj)}
+
+        with self._lock:
+            since_text = query.get("resourceVersion")
+            initial = since_text in (None, "", "0")
+            since = self._version if initial else int(since_text)
+            events: list[tuple[int, dict[str, Any]]] = []
+            sent: dict[str, int] = {}  # name -> the version the watcher knows
+            for name, obj in current().items():
+                version = int(obj["metadata"]["resourceVersion"])
+                if initial:
+                    events.append((version, {"type": "ADDED", "object": obj}))
+                    sent[name] = version
+                elif version <= since:
+                    sent[name] = version
+                elif self._created_version.get((resource, namespace, name), 0) <= since:
+                    sent[name] = since  # known before, changed since: MODIFIED follows
+            seen_tombstones = 0
+        while not self._stop.is_set():
+            with self._lock:
+                for version, res, ns, obj in self._tombstones[seen_tombstones:]:
+                    if version > since and res == resource and ns == namespace and matches(obj):
+                        events.append((version, {"type": "DELETED", "object": obj}))
+                        sent.pop(obj["metadata"]["name"], None)
+                seen_tombstones = len(self._tombstones)
+                for name, obj in current().items():
+                    version = int(obj["metadata"]["resourceVersion"])
+                    if name not in sent or version > sent[name]:
+                        kind = "MODIFIED" if name in sent else "ADDED"
+                        events.append((version, {"type": kind, "object": obj}))
+                        sent[name] = version
+            for _, event in sorted(events, key=lambda item: item[0]):
+                yield event
+            events = []
+            if time.monotonic() > end:
+                return
+            time.sleep(0.05)
 
     # ------------------------------------------------------------------ the controller
     def _controller(self) -> None:
@@ -709,6 +801,8 @@ class KubeAPIServerDouble:
 
     def _step_pod(self, namespace: str, name: str, pod: dict[str, Any]) -> None:
         with self._lock:
+            if self.objects.get(("pods", namespace, name)) is not pod:
+                return  # deleted since the controller looked
             if pod["metadata"].get("deletionTimestamp") or pod["status"]["phase"] in (
                     "Succeeded", "Failed"):
                 return
@@ -766,9 +860,10 @@ class KubeAPIServerDouble:
                 reasons[why] = reasons.get(why, 0) + 1
             if chosen is None:
                 detail = ", ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
-                message = (f"0/{len(self.nodes)} nodes are available: {detail}. preemption: "
-                           "0/{0} nodes are available: {0} Preemption is not helpful for "
-                           "scheduling.".format(len(self.nodes)))
+                total = len(self.nodes)
+                message = (f"0/{total} nodes are available: {detail}. preemption: 0/{total} "
+                           f"nodes are available: {total} Preemption is not helpful for "
+                           "scheduling.")
         scheduled = {"type": "PodScheduled", "lastTransitionTime": now_text()}
         if chosen is None:
             scheduled.update(status="False", reason="Unschedulable", message=message)
@@ -985,6 +1080,16 @@ class _NotReady(Exception):
         self.message = message
 
 
+class _WatchAnswer(Exception):
+    """A streamed answer (a watch)."""
+
+    def __init__(self, resource: str, namespace: str, query: dict[str, str]):
+        super().__init__(resource)
+        self.resource = resource
+        self.namespace = namespace
+        self.query = query
+
+
 class _LogAnswer(Exception):
     """A plain-text answer (the pod log endpoint)."""
 
@@ -1046,6 +1151,9 @@ class _Handler(BaseHTTPRequestHandler):
             data = json.dumps(payload).encode()
         except APIError as error:
             code, data = error.code, json.dumps(error.status()).encode()
+        except _WatchAnswer as watch:
+            self._stream(watch)
+            return
         except _LogAnswer as answer:
             code, data, content_type = 200, answer.text.encode(), "text/plain"
         except Exception as error:  # a bug in the double: answer 500 and say so
@@ -1056,6 +1164,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, watch: _WatchAnswer) -> None:
+        """Send a watch's events as JSON lines, one chunk each, until it ends."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for event in self.server_double.watch_events(watch.resource, watch.namespace,
+                                                         watch.query):
+                data = (json.dumps(event) + "\n").encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client stopped watching
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 

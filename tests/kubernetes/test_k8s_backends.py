@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import base64
 
+import kubernetes_validate
 import pytest
+import yaml
 
 from hybrid.backends.kubernetes import DaskKubernetesBackend, DaskKubernetesExistingBackend
-from hybrid.errors import ConfigurationError, HybridError
+from hybrid.cluster import HybridCluster
+from hybrid.errors import ConfigurationError, HybridError, WorkersDidNotArrive
 from hybrid.kubernetes import (
     KubernetesPersistentVolumeClaim,
+    KubernetesPods,
     KubernetesSecret,
     create_persistent_volume_claim,
 )
@@ -18,7 +22,7 @@ from hybrid.resources import PodResources
 from hybrid.units import unit
 from tests.kubernetes import _tasks
 from tests.kubernetes.conftest import MISSING_IMAGE, cpu_resources, gpu_resources
-from tests.kubernetes.test_k8s_pods import wait_until
+from tests.kubernetes.test_k8s_pods import nothing_left, wait_until
 
 LICENSE_TEXT = "OpenEye license for the tests\n#LICENSE-123\n"
 
@@ -28,15 +32,28 @@ def created(kube, pool: str) -> list[str]:
     return [m["name"] for m in kube.created_pods if m["labels"][LABEL_POOL] == pool]
 
 
-def test_seed_example_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
+def license_secret(kube) -> None:
+    """The user's own Secret holding an OpenEye license."""
     from kubernetes import client
 
+    client.CoreV1Api(kube.api_client()).create_namespaced_secret("default", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "oe-license"},
+        "data": {"oe_license.txt": base64.b64encode(LICENSE_TEXT.encode()).decode()}})
+
+
+def no_configuration(monkeypatch, tmp_path) -> None:
+    """No kubeconfig where the client looks, and not inside a pod."""
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "absent"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+def test_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
     api = kube.api_client()
     create_persistent_volume_claim("evaluator-storage", 5 * unit.gigabytes,
                                    storage_class="standard", api_client=api, poll_interval=0.1)
-    client.CoreV1Api(api).create_namespaced_secret("default", {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "oe-license"},
-        "data": {"oe_license.txt": base64.b64encode(LICENSE_TEXT.encode()).decode()}})
+    license_secret(kube)
     backend = DaskKubernetesBackend(
         cluster_name="evaluator",
         gpu_resources_per_worker=gpu_resources(minimum=1, maximum=2),
@@ -80,7 +97,9 @@ def test_seed_example_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
                                         gpu_task=True).result(60)
         assert read_back == "written on a CPU pod"
         assert (kube.claim_directory("evaluator-storage") / "note.txt").exists()
-        # Another process connects to the running cluster through its pods' labels.
+        # The shown manifests are the started cluster's.
+        assert backend.cluster.scheduler_address in backend.job_script()
+        # Another process connects to the running cluster through its Secret.
         with DaskKubernetesExistingBackend(
                 cluster_name="evaluator", gpu_resources_per_worker=gpu_resources(1, 2),
                 cpu_resources_per_worker=cpu_resources(0, 1), annotate_resources=True,
@@ -97,18 +116,14 @@ def test_seed_example_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
         wait_until(lambda: sorted(backend.cluster.connected_workers()) == sorted(live), 10,
                    "the cluster's view of its workers")
         assert len(live) == 1 and live[0].startswith("evaluator-gpu-")
-    assert kube.list_objects("pods") == [] or all(
-        p["metadata"].get("deletionTimestamp") for p in kube.list_objects("pods"))
-    wait_until(lambda: not kube.live_processes(), 30, "every pod process to stop")
-    wait_until(lambda: kube.list_objects("pods") == [], 30, "every pod deleted")
+    # Leaving the block removed every pod and the cluster's Secret, confirmed.
+    assert nothing_left(kube)
     # The user's license secret and claim are theirs: still there.
     assert [s["metadata"]["name"] for s in kube.list_objects("secrets")] == ["oe-license"]
     assert len(kube.list_objects("persistentvolumeclaims")) == 1
 
 
 def test_a_failed_start_reports_why_and_leaves_nothing(kube) -> None:
-    from hybrid.errors import WorkersDidNotArrive
-
     backend = DaskKubernetesBackend(
         cluster_name="no-image", image=MISSING_IMAGE,
         gpu_resources_per_worker=gpu_resources(minimum=1, maximum=1),
@@ -118,9 +133,78 @@ def test_a_failed_start_reports_why_and_leaves_nothing(kube) -> None:
         with backend:
             pytest.fail("the backend must not start without its minimum of workers")
     assert "ImagePullBackOff" in str(error.value) or "ErrImagePull" in str(error.value)
+    assert not getattr(error.value, "__notes__", None)  # the cleanup went well
     assert len(kube.created_pods) == 2
-    assert kube.list_objects("pods") == []
+    assert nothing_left(kube)
     assert backend._client is None and backend.cluster is None
+
+
+def test_a_backend_without_kubeconfig_fails_once_with_the_fix(kube, tmp_path,
+                                                              monkeypatch) -> None:
+    """Issue 12.2: one clear error, naming the cause and the fix; nothing to clean up."""
+    no_configuration(monkeypatch, tmp_path)
+    backend = DaskKubernetesBackend(cluster_name="no-config",
+                                    gpu_resources_per_worker=gpu_resources(minimum=1),
+                                    cpu_resources_per_worker=cpu_resources(minimum=1))
+    with pytest.raises(ConfigurationError) as error:
+        with backend:
+            pytest.fail("the backend cannot start without a Kubernetes configuration")
+    message = str(error.value)
+    assert error.value.field == "kube_config"
+    assert str(tmp_path / "absent") in message
+    assert "KUBECONFIG" in message and "api_client" in message
+    assert "left work behind" not in message
+    assert not getattr(error.value, "__notes__", None)
+    assert backend._client is None and backend.cluster is None
+    assert not (tmp_path / "staging").exists()  # no pool ever staged anything
+    assert kube.requests == []
+
+
+def test_a_cluster_that_never_submitted_does_not_ask_the_api_on_close(kube) -> None:
+    system = KubernetesPods(api_client=kube.api_client())
+    with HybridCluster(name="idle") as cluster:
+        cluster.add_pool("cpu", system, cpu_resources())
+        assert "kind: Pod" in cluster.job_script("cpu")
+    assert kube.requests == []
+
+
+def test_a_failing_cleanup_does_not_replace_the_error(kube) -> None:
+    backend = DaskKubernetesBackend(
+        cluster_name="cleanup", gpu_resources_per_worker=gpu_resources(minimum=1, maximum=1),
+        cpu_resources_per_worker=None, api_client=kube.api_client(),
+        cluster_kwargs={"resource_timeout": 60})
+    with pytest.raises(ZeroDivisionError) as error:
+        with backend:
+            kube.token = "rotated"  # every request of the cleanup is now refused (401)
+            _ = 1 / 0
+    notes = " ".join(getattr(error.value, "__notes__", []))
+    assert "while stopping the backend after this error" in notes
+    assert "401" in notes
+    kube.token = "double-token"
+    # A cleanup that could not finish is done by a second stop() or `hybrid cancel`.
+    KubernetesPods(api_client=kube.api_client()).cluster_closed("cleanup")
+    assert nothing_left(kube)
+
+
+def test_manifests_show_before_start(kube) -> None:
+    """Issue 12.5: each group's pod, for reading, before anything is started."""
+    backend = DaskKubernetesBackend(
+        cluster_name="preview", gpu_resources_per_worker=gpu_resources(),
+        cpu_resources_per_worker=cpu_resources(), api_client=kube.api_client(),
+        cluster_kwargs={"worker_scheduler_address": "tcp://10.1.2.3:8786"})
+    text = backend.job_script()
+    pods = [d for d in yaml.safe_load_all(text) if d]
+    assert [p["metadata"]["labels"][LABEL_POOL] for p in pods] == ["gpu", "cpu"]
+    for pod in pods:
+        kubernetes_validate.validate(pod, "1.33", strict=True)
+        assert "tcp://10.1.2.3:8786" in pod["spec"]["containers"][0]["command"]
+    tls = DaskKubernetesBackend(cluster_name="preview-tls", cpu_resources_per_worker=None,
+                                cluster_kwargs={"security": True})
+    [pod] = tls.manifests()["gpu"]
+    assert pod["metadata"]["annotations"]["hybrid/scheduler"] == "tls://scheduler:8786"
+    assert any(v["name"] == "hybrid-tls" for v in pod["spec"]["volumes"])
+    assert "known once the backend starts" in tls.job_script()
+    assert kube.requests == []
 
 
 def test_existing_backend_without_a_cluster_says_how_to_fix_it(kube) -> None:
@@ -149,12 +233,16 @@ def test_existing_backend_without_a_cluster_says_how_to_fix_it(kube) -> None:
     (lambda: DaskKubernetesBackend(cluster_kwargs={"n_workers": 3}), "cluster_kwargs"),
     (lambda: DaskKubernetesBackend(cluster_kwargs={"resource_timeout": -1}),
      "cluster_kwargs['resource_timeout']"),
+    (lambda: DaskKubernetesBackend(cluster_kwargs={"processes": 0}),
+     "cluster_kwargs['processes']"),
+    (lambda: DaskKubernetesBackend(cluster_kwargs={"queue": "gpu"}), "cluster_kwargs['queue']"),
     (lambda: DaskKubernetesBackend(cluster_name="has space"), "cluster_name"),
-    (lambda: DaskKubernetesBackend(namespace="Evaluator"), "KubernetesPods.namespace"),
+    (lambda: DaskKubernetesBackend(namespace="Evaluator"), "namespace"),
     (lambda: DaskKubernetesBackend(secrets=[KubernetesSecret("lic", "oe-license")]),
      "KubernetesSecret.mount_path"),
-    (lambda: DaskKubernetesBackend(env={"OE_LICENSE": 1}), "KubernetesPods.env['OE_LICENSE']"),
-    (lambda: DaskKubernetesExistingBackend(scheduler_address="scheduler:8786"),
+    (lambda: DaskKubernetesBackend(env={"OE_LICENSE": 1}), "env"),
+    (lambda: DaskKubernetesBackend(disable_nanny_process="yes"), "disable_nanny_process"),
+    (lambda: DaskKubernetesExistingBackend(scheduler_address="scheduler:"),
      "scheduler_address"),
 ])
 def test_bad_backend_arguments_fail_before_any_request(kube, make, field: str) -> None:

@@ -7,13 +7,13 @@ import json
 import re
 from pathlib import Path
 
+import dask
 import kubernetes_validate
 import pytest
 import yaml
 
-from hybrid.annotator import worker_resources
 from hybrid.backends.kubernetes import DaskKubernetesBackend
-from hybrid.batch.base import JobSpec, JobState
+from hybrid.batch.base import JobState
 from hybrid.errors import ConfigurationError
 from hybrid.kubernetes import (
     KubernetesEmptyDirVolume,
@@ -22,10 +22,17 @@ from hybrid.kubernetes import (
     KubernetesSecret,
     pod_state,
 )
-from hybrid.kubernetes.pods import TLS_FILE_MODE, escape_expansion, tls_secret_name
+from hybrid.kubernetes.pods import TLS_FILE_MODE, cluster_secret_name, escape_expansion
+from hybrid.pools import PoolSpec
 from hybrid.resources import PodResources
-from hybrid.worker import TLSFiles, WorkerOptions
-from tests.kubernetes.conftest import GPU_AFFINITY, GPU_TOLERATIONS, cpu_resources, gpu_resources
+from hybrid.worker import WORKER_MODULE, TLSFiles
+from tests.kubernetes.conftest import (
+    GPU_AFFINITY,
+    GPU_TOLERATIONS,
+    cpu_resources,
+    gpu_resources,
+    worker_job,
+)
 from tests.kubernetes.kube_api_double import expand, parse_quantity
 
 VERSION = "1.33"
@@ -36,21 +43,7 @@ VOLUMES = [KubernetesPersistentVolumeClaim("evaluator-storage", "/evaluator-stor
            KubernetesEmptyDirVolume("scratch", "/scratch", size_limit="5 GiB")]
 TRICKY_ENV = {"OE_LICENSE": "/secrets/oe_license.txt", "QUOTED": "it's \"quoted\"\nsecond line",
               "DOLLARS": "$(HOME) and $$ and ${PATH}", "COLON": "key: value # not a comment"}
-
-
-def job_spec(resources: PodResources, *, tls: bool = False, env: dict | None = None,
-             cluster: str = "evaluator", pool: str = "gpu") -> JobSpec:
-    """A spec as HybridCluster.add_pool builds it from a PodResources."""
-    files = TLSFiles("/local/ca.pem", "/local/cert.pem", "/local/key.pem") if tls else None
-    worker = WorkerOptions(
-        "tls://10.0.0.7:8786" if tls else "tcp://10.0.0.7:8786",
-        nthreads=resources.number_of_threads, memory_limit=resources.memory_bytes,
-        resources=worker_resources(resources.number_of_gpus, resources.number_of_threads),
-        tls=files, extra_args=("--lifetime", "2h"),
-    )
-    return JobSpec(cluster, pool, worker, cores=resources.number_of_threads,
-                   memory=resources.memory_bytes, gpus=resources.number_of_gpus,
-                   env=dict(env or {}), tls_source=files)
+HOST_TLS = TLSFiles("/local/ca.pem", "/local/cert.pem", "/local/key.pem")
 
 
 def validate(document: dict) -> None:
@@ -61,6 +54,11 @@ def validate(document: dict) -> None:
             for value in section.values():
                 assert isinstance(value, str)
                 parse_quantity(value)
+
+
+def documents(text: str) -> list[dict]:
+    """The YAML documents of a rendering."""
+    return [d for d in yaml.safe_load_all(text) if d is not None]
 
 
 COMBINATIONS = list(itertools.product(("gpu", "cpu"), (False, True), (False, True),
@@ -75,25 +73,32 @@ def test_every_combination_validates(tmp_path: Path, group: str, with_volumes: b
     system = KubernetesPods(
         image="ghcr.io/example/evaluator:1.0", namespace="openforcefield",
         volumes=VOLUMES if with_volumes else (), secrets=[LICENSE] if with_secret else (),
-        env={"SYSTEM_LEVEL": "yes"} if with_env else None, pod_resources=resources,
+        env={"SYSTEM_LEVEL": "yes"} if with_env else None,
         labels={"team": "force-fields"}, service_account="evaluator",
         image_pull_policy="IfNotPresent", image_pull_secrets=["registry-login"],
     )
-    spec = job_spec(resources, tls=tls, env=TRICKY_ENV if with_env else None, pool=group)
-    text = system.render(spec, tmp_path, 3)
-    documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    assert len(documents) == 3
-    assert len({d["metadata"]["name"] for d in documents}) == 3
-    for pod in documents:
+    job = worker_job(system, resources, pool=group, cluster="evaluator",
+                     address="tls://10.0.0.7:8786" if tls else "tcp://10.0.0.7:8786",
+                     tls=HOST_TLS if tls else None, env=TRICKY_ENV if with_env else None,
+                     worker_extra_args=["--lifetime", "2h"])
+    pods = system.manifests(job, 3)
+    # What job_script() shows for reading is what is sent.
+    shown = documents(system.job_script(job, tmp_path, 3))
+    strip = re.compile(r"evaluator-(gpu|cpu)-[0-9a-f]{8}")
+    assert [strip.sub("P", json.dumps(d)) for d in shown] == [
+        strip.sub("P", json.dumps(p)) for p in pods]
+    assert len(pods) == 3 and len({p["metadata"]["name"] for p in pods}) == 3
+    for pod in pods:
         validate(pod)
         meta, pod_spec = pod["metadata"], pod["spec"]
         container = pod_spec["containers"][0]
         assert meta["namespace"] == "openforcefield"
         assert meta["labels"] == {"team": "force-fields", "hybrid/tag": "HybridCluster",
                                   "hybrid/cluster": "evaluator", "hybrid/pool": group}
-        assert meta["annotations"]["hybrid/scheduler"] == spec.worker.scheduler_address
+        assert meta["annotations"]["hybrid/scheduler"] == job.connection.scheduler_address
         assert re.fullmatch(rf"evaluator-{group}-[0-9a-f]{{8}}", meta["name"])
         assert pod_spec["restartPolicy"] == "Never"
+        assert pod_spec["terminationGracePeriodSeconds"] == 10
         assert pod_spec["serviceAccountName"] == "evaluator"
         assert pod_spec["imagePullSecrets"] == [{"name": "registry-login"}]
         # The worker name and job id come from the pod's own name (downward API).
@@ -101,10 +106,12 @@ def test_every_combination_validates(tmp_path: Path, group: str, with_volumes: b
         assert env["HYBRID_JOB_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         assert env["HYBRID_WORKER_NAME"]["value"] == f"evaluator-{group}-$(HYBRID_JOB_ID)"
         assert container["command"][-2:] == ["--name", "$(HYBRID_WORKER_NAME)"]
-        assert container["command"][:4] == ["python", "-m", "dask", "worker"]
+        assert container["command"][:3] == ["python", "-m", WORKER_MODULE]
+        assert container["command"][container["command"].index("--lifetime") + 1] == "2h"
         expanded = {name: expand(e.get("value", ""), {"HYBRID_JOB_ID": meta["name"]})
                     for name, e in env.items()}
         assert expanded["HYBRID_WORKER_NAME"] == f"evaluator-{group}-{meta['name']}"
+        assert expanded["DASK_DISTRIBUTED__WORKER__DAEMON"] == "False"
         if with_env:
             for name, value in TRICKY_ENV.items():
                 assert expand(env[name]["value"], {"HOME": "/root"}) == value
@@ -138,7 +145,7 @@ def test_every_combination_validates(tmp_path: Path, group: str, with_volumes: b
                                                  "readOnly": True, "subPath": "oe_license.txt"}
         if tls:
             assert volumes["hybrid-tls"]["secret"] == {
-                "secretName": tls_secret_name("evaluator"), "defaultMode": TLS_FILE_MODE}
+                "secretName": cluster_secret_name("evaluator"), "defaultMode": TLS_FILE_MODE}
             assert TLS_FILE_MODE == 0o400
             assert mounts["hybrid-tls"]["readOnly"] is True
             command = container["command"]
@@ -148,20 +155,17 @@ def test_every_combination_validates(tmp_path: Path, group: str, with_volumes: b
             assert "hybrid-tls" not in volumes
 
 
-def test_gpu_settings_do_not_leak_into_the_cpu_group(tmp_path: Path) -> None:
+def test_gpu_settings_do_not_leak_into_the_cpu_group() -> None:
     gpu = gpu_resources(0, 3)
-    backend = DaskKubernetesBackend("leak-check", gpu_resources_per_worker=gpu,
+    backend = DaskKubernetesBackend(gpu_resources_per_worker=gpu,
                                     cpu_resources_per_worker=cpu_resources(0, 3),
-                                    volumes=VOLUMES, secrets=[LICENSE])
+                                    cluster_name="leak-check", volumes=VOLUMES,
+                                    secrets=[LICENSE])
     # Changing the caller's objects afterwards changes nothing either.
     gpu.tolerations.append({"key": "late", "operator": "Exists"})
     gpu.affinity_specification["podAffinity"] = {}
-    rendered = {}
-    for group, system in backend.systems.items():
-        resources = backend.resources[group]
-        pods = system.manifests(job_spec(resources, pool=group, cluster="leak-check"),
-                                tmp_path, 2)
-        rendered[group] = pods
+    rendered = backend.manifests(2)
+    for pods in rendered.values():
         for pod in pods:
             validate(pod)
     for pod in rendered["cpu"]:
@@ -170,26 +174,27 @@ def test_gpu_settings_do_not_leak_into_the_cpu_group(tmp_path: Path) -> None:
     for pod in rendered["gpu"]:
         assert pod["spec"]["tolerations"] == GPU_TOLERATIONS
         assert pod["spec"]["affinity"] == GPU_AFFINITY
-    # Both groups mount the same volumes, each with its own copy of the list.
+    # Both groups mount the same volumes, each pod with its own copy of the list.
     gpu_volumes = rendered["gpu"][0]["spec"]["volumes"]
     cpu_volumes = rendered["cpu"][0]["spec"]["volumes"]
     assert gpu_volumes == cpu_volumes and gpu_volumes is not cpu_volumes
+    assert rendered["gpu"][0]["spec"]["volumes"] is not rendered["gpu"][1]["spec"]["volumes"]
+    # Before start the manifests say where the scheduler's address will go.
+    text = backend.job_script()
+    assert "# --- pool gpu ---" in text and "# --- pool cpu ---" in text
+    assert "known once the backend starts" in text
 
 
 def test_user_strings_cannot_change_the_manifest(tmp_path: Path) -> None:
-    resources = cpu_resources()
     hostile = {"INJECT": 'x"\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: stolen}',
                "EXPAND": "$(HYBRID_JOB_ID)", "BACKSLASH": "C:\\path\\\"quoted\\\""}
-    system = KubernetesPods(image="img@sha256:" + "a" * 64, pod_resources=resources,
+    system = KubernetesPods(image="img@sha256:" + "a" * 64,
                             labels={"example.org/owner": "a_b.c-d"})
-    spec = job_spec(resources, env=hostile, pool="cpu")
-    spec = JobSpec(spec.cluster, spec.pool, WorkerOptions(
-        spec.worker.scheduler_address, nthreads=1, memory_limit=resources.memory_bytes,
-        extra_args=("--lifetime", "$(HYBRID_JOB_ID)")), cores=1, memory=resources.memory_bytes,
-        env=hostile)
-    documents = [d for d in yaml.safe_load_all(system.render(spec, tmp_path, 2)) if d]
-    assert [d["kind"] for d in documents] == ["Pod", "Pod"]
-    for pod in documents:
+    job = worker_job(system, cpu_resources(), env=hostile,
+                     worker_extra_args=["--lifetime", "$(HYBRID_JOB_ID)"])
+    pods = documents(system.render(job, tmp_path, 2))
+    assert [d["kind"] for d in pods] == ["Pod", "Pod"]
+    for pod in pods:
         validate(pod)
         container = pod["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in container["env"]}
@@ -203,89 +208,145 @@ def test_user_strings_cannot_change_the_manifest(tmp_path: Path) -> None:
 
 def test_default_system_renders_without_options(tmp_path: Path) -> None:
     """What `hybrid render --system kubernetes` needs: no option is required."""
-    system = KubernetesPods()
-    worker = WorkerOptions("tcp://scheduler.example:8786")
-    pods = system.manifests(JobSpec("demo", "cpu", worker), tmp_path, 1)
-    validate(pods[0])
-    container = pods[0]["spec"]["containers"][0]
+    job = worker_job("kubernetes", cluster="demo", address="tcp://scheduler.example:8786")
+    system = KubernetesPods(**job.spec.system_options)
+    [pod] = documents(system.job_script(job, tmp_path, 1))
+    validate(pod)
+    container = pod["spec"]["containers"][0]
     assert container["image"].startswith("ghcr.io/dask/dask:")
     assert container["resources"]["limits"] == {"cpu": "1"}
-    assert "volumes" not in pods[0]["spec"]
+    assert "volumes" not in pod["spec"]
+
+
+def test_the_configuration_section_reaches_the_pods() -> None:
+    """hybrid.batch.kubernetes: a site sets the image, namespace and grace period once."""
+    with dask.config.set({"hybrid.batch.kubernetes.image": "site/worker:2",
+                          "hybrid.batch.kubernetes.namespace": "science",
+                          "hybrid.batch.kubernetes.termination-grace-period": "45s",
+                          "hybrid.batch.kubernetes.walltime": "01:00"}):
+        job = worker_job("kubernetes")
+        from hybrid.batch import get_system
+
+        system = get_system("kubernetes", **job.spec.system_options)
+        [pod] = system.manifests(job)
+    assert job.spec.system_options == {"image": "site/worker:2", "namespace": "science",
+                                       "termination_grace_period": 45}
+    assert pod["metadata"]["namespace"] == "science"
+    assert pod["spec"]["containers"][0]["image"] == "site/worker:2"
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 45
+    assert pod["spec"]["activeDeadlineSeconds"] == 3600
+    with dask.config.set({"hybrid.batch.kubernetes.namespace": "Not_A_Label"}), \
+            pytest.raises(ConfigurationError) as error:
+        worker_job("kubernetes")
+    assert error.value.field == "hybrid.batch.kubernetes.namespace"
+
+
+def test_pod_resources_become_pool_settings_that_round_trip() -> None:
+    resources = gpu_resources(ephemeral_storage_limit="3 GiB")
+    options = KubernetesPods.options_from_resources(resources)
+    assert options == {"affinity": GPU_AFFINITY, "tolerations": GPU_TOLERATIONS,
+                       "ephemeral_storage": f"{3 * 2**30} B"}
+    assert KubernetesPods.options_from_resources(cpu_resources(ephemeral_storage_limit=
+                                                               "0 GiB")) == {}
+    system = KubernetesPods(volumes=VOLUMES, secrets=[LICENSE])
+    spec = PoolSpec.build("gpu", system, resources)
+    assert spec.system_options["affinity"] == GPU_AFFINITY
+    # The pool, with its system's settings, is plain data and comes back the same.
+    text = json.dumps(spec.system_options)
+    again = KubernetesPods(**json.loads(text))
+    assert again.settings == system.pod_settings(spec)
+    assert again.settings.ephemeral_storage == 3 * 2**30
 
 
 def test_pods_ignore_host_only_worker_settings(tmp_path: Path) -> None:
-    """A batch container image, contact address or local python never reach a pod."""
-    from hybrid.worker import ContainerOptions
-
-    worker = WorkerOptions("tcp://10.0.0.7:8786", contact_address="tcp://203.0.113.5:10000",
-                           container=ContainerOptions("/images/worker.sif"))
-    pod = KubernetesPods(python="/opt/conda/bin/python").manifests(
-        JobSpec("demo", "cpu", worker), tmp_path, 1)[0]
-    command = pod["spec"]["containers"][0]["command"]
+    """A contact address names one host: pods, each with its own address, drop it; the
+    pool's python wins over the image's."""
+    system = KubernetesPods(python="/opt/conda/bin/python")
+    job = worker_job(system, contact_address="tcp://203.0.113.5:10000")
+    command = system.manifests(job)[0]["spec"]["containers"][0]["command"]
     assert command[0] == "/opt/conda/bin/python"
-    assert "apptainer" not in command and "--contact-address" not in command
-    explicit = WorkerOptions("tcp://10.0.0.7:8786", python="/usr/bin/python3")
-    pod = KubernetesPods().manifests(JobSpec("demo", "cpu", explicit), tmp_path, 1)[0]
-    assert pod["spec"]["containers"][0]["command"][0] == "/usr/bin/python3"
+    assert "--contact-address" not in command
+    explicit = worker_job(system, python="/usr/bin/python3")
+    assert system.manifests(explicit)[0]["spec"]["containers"][0]["command"][0] == (
+        "/usr/bin/python3")
 
 
-def test_lease_and_walltime_become_the_active_deadline(tmp_path: Path) -> None:
-    worker = WorkerOptions("tcp://10.0.0.7:8786")
-    pod = KubernetesPods().manifests(JobSpec("demo", "cpu", worker, lease_seconds=7200),
-                                     tmp_path, 1)[0]
+def test_lease_and_walltime_become_the_active_deadline() -> None:
+    system = KubernetesPods()
+    pod = system.manifests(worker_job(system, lease=7200))[0]
     assert pod["spec"]["activeDeadlineSeconds"] == 7200
-    pod = KubernetesPods().manifests(JobSpec("demo", "cpu", worker, walltime="01:30"),
-                                     tmp_path, 1)[0]
+    pod = system.manifests(worker_job(system, walltime="01:30"))[0]
     assert pod["spec"]["activeDeadlineSeconds"] == 5400
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"queue": "gpu"}, "queue"),
-    ({"account": "chem"}, "account"),
-    ({"job_extra_directives": ("--exclusive",)}, "job_extra_directives"),
-    ({"prologue": ("module load cuda",)}, "job_script_prologue"),
-    ({"cluster": "ends-with-dash-"}, "cluster name"),
-    ({"env": {"HYBRID_WORKER_NAME": "mine"}}, "env"),
-    ({"cores": 4}, "KubernetesPods.pod_resources"),
-    ({"gpus": 1}, "KubernetesPods.pod_resources"),
+@pytest.mark.parametrize(("options", "field", "words"), [
+    ({"queue": "gpu"}, "add_pool('cpu').queue", "node_selector"),
+    ({"account": "chem"}, "add_pool('cpu').account", "no account"),
+    ({"job_extra_directives": ["--exclusive"]}, "add_pool('cpu').job_extra_directives",
+     "built as objects"),
+    ({"job_script_prologue": ["module load cuda"]}, "add_pool('cpu').job_script_prologue",
+     "into the image"),
+    ({"container_image": "/images/worker.sif"}, "add_pool('cpu').container_image",
+     "image=..."),
+    ({"conda_env": "evaluator"}, "add_pool('cpu').conda_env", "the image's python"),
+    ({"env": {"HYBRID_WORKER_NAME": "mine"}}, "add_pool('cpu').env", "HYBRID_"),
+    ({"system_options": {"namespace": "Bad_Name"}},
+     "add_pool('cpu').system_options.namespace", "a-z 0-9"),
 ])
-def test_what_a_pod_cannot_do_is_refused(tmp_path: Path, change: dict, field: str) -> None:
-    resources = cpu_resources()
-    spec = job_spec(resources, pool="cpu")
-    values = {name: getattr(spec, name) for name in spec.__dataclass_fields__}
-    values.update(change)
+def test_what_a_pod_cannot_do_is_refused(options: dict, field: str, words: str) -> None:
     with pytest.raises(ConfigurationError) as error:
-        KubernetesPods(pod_resources=resources).render(JobSpec(**values), tmp_path, 1)
-    assert error.value.field.startswith(field)
+        PoolSpec.build("cpu", KubernetesPods(), cpu_resources(), check_paths=False, **options)
+    assert error.value.field == field
+    assert words in str(error.value)
+
+
+def test_a_site_container_image_is_named_where_it_comes_from() -> None:
+    with dask.config.set({"hybrid.worker.container.image": "/images/site.sif"}), \
+            pytest.raises(ConfigurationError) as error:
+        PoolSpec.build("cpu", "kubernetes", check_paths=False)
+    assert error.value.field == "hybrid.worker.container.image"
+    assert "unset" in str(error.value)
+
+
+def test_a_pool_cannot_move_its_pods_to_another_namespace() -> None:
+    system = KubernetesPods(namespace="science")
+    job = worker_job(system, system_options={"namespace": "elsewhere"})
+    with pytest.raises(ConfigurationError) as error:
+        system.manifests(job)
+    assert error.value.field == "add_pool('cpu').system_options.namespace"
 
 
 @pytest.mark.parametrize(("options", "field"), [
-    ({"namespace": "Upper_Case"}, "KubernetesPods.namespace"),
-    ({"image": "has space:1"}, "KubernetesPods.image"),
-    ({"image": ""}, "KubernetesPods.image"),
-    ({"image_pull_policy": "Sometimes"}, "KubernetesPods.image_pull_policy"),
-    ({"labels": {"hybrid/pool": "x"}}, "KubernetesPods.labels"),
-    ({"labels": {"ok": "-bad-value"}}, "KubernetesPods.labels['ok']"),
-    ({"labels": {"bad key!": "v"}}, "KubernetesPods.labels key"),
-    ({"node_selector": {"zone": "a b"}}, "KubernetesPods.node_selector['zone']"),
-    ({"service_account": "No"}, "KubernetesPods.service_account"),
-    ({"env": {"1BAD": "x"}}, "KubernetesPods.env"),
-    ({"env": {"HYBRID_JOB_ID": "x"}}, "KubernetesPods.env"),
-    ({"env": {"N": 3}}, "KubernetesPods.env['N']"),
-    ({"gpu_resource_name": "gpu"}, "KubernetesPods.gpu_resource_name"),
-    ({"tls_mount_path": "relative/tls"}, "KubernetesPods.tls_mount_path"),
-    ({"pod_resources": {"number_of_gpus": 1}}, "KubernetesPods.pod_resources"),
+    ({"namespace": "Upper_Case"}, "kubernetes.namespace"),
+    ({"image": "has space:1"}, "kubernetes.image"),
+    ({"image": ""}, "kubernetes.image"),
+    ({"image_pull_policy": "Sometimes"}, "kubernetes.image_pull_policy"),
+    ({"image_pull_secrets": "registry-login"}, "kubernetes.image_pull_secrets"),
+    ({"image_pull_secrets": ["Registry"]}, "kubernetes.image_pull_secrets[0]"),
+    ({"labels": {"hybrid/pool": "x"}}, "kubernetes.labels"),
+    ({"labels": {"ok": "-bad-value"}}, "kubernetes.labels"),
+    ({"labels": {"bad key!": "v"}}, "kubernetes.labels"),
+    ({"node_selector": {"zone": "a b"}}, "kubernetes.node_selector"),
+    ({"service_account": "No"}, "kubernetes.service_account"),
+    ({"env": {"1BAD": "x"}}, "kubernetes.env"),
+    ({"env": {"HYBRID_JOB_ID": "x"}}, "kubernetes.env"),
+    ({"env": {"N": 3}}, "kubernetes.env"),
+    ({"gpu_resource_name": "gpu"}, "kubernetes.gpu_resource_name"),
+    ({"tls_mount_path": "relative/tls"}, "kubernetes.tls_mount_path"),
+    ({"affinity": [{"nodeAffinity": {}}]}, "kubernetes.affinity"),
+    ({"tolerations": {"key": "a"}}, "kubernetes.tolerations"),
+    ({"ephemeral_storage": 5}, "kubernetes.ephemeral_storage"),
+    ({"termination_grace_period": -1}, "kubernetes.termination_grace_period"),
     ({"volumes": [KubernetesEmptyDirVolume("a", "/same"),
-                  KubernetesEmptyDirVolume("b", "/same")]},
-     "KubernetesEmptyDirVolume.mount_path"),
+                  KubernetesEmptyDirVolume("b", "/same")]}, "kubernetes.volumes[1].mount_path"),
     ({"volumes": [KubernetesEmptyDirVolume("a", "/one"),
-                  KubernetesPersistentVolumeClaim("a", "/two")]},
-     "KubernetesPersistentVolumeClaim.name"),
+                  KubernetesPersistentVolumeClaim("a", "/two")]}, "kubernetes.volumes[1].name"),
     ({"volumes": [KubernetesEmptyDirVolume("tls", "/etc/hybrid/tls")]},
-     "KubernetesEmptyDirVolume"),
-    ({"volumes": KubernetesEmptyDirVolume("a", "/one")}, "KubernetesPods.volumes"),
-    ({"secrets": [KubernetesEmptyDirVolume("a", "/one")]}, "KubernetesPods.secrets"),
-    ({"request_timeout": 0}, "KubernetesPods.request_timeout"),
+     "kubernetes.volumes[0]"),
+    ({"volumes": KubernetesEmptyDirVolume("a", "/one")}, "kubernetes.volumes"),
+    ({"secrets": [KubernetesEmptyDirVolume("a", "/one")]}, "kubernetes.secrets[0]"),
+    ({"request_timeout": 0}, "kubernetes.request_timeout"),
+    ({"no_such_option": 1}, "kubernetes.no_such_option"),
 ])
 def test_bad_system_options_are_refused(options: dict, field: str) -> None:
     with pytest.raises(ConfigurationError) as error:
@@ -301,16 +362,30 @@ def test_unknown_gpu_toolkit_and_bad_bounds_are_refused() -> None:
         PodResources(minimum_number_of_workers=3, maximum_number_of_workers=2)
 
 
-def pod(phase: str, **status) -> dict:
-    return {"metadata": {"name": "p"}, "status": {"phase": phase, **status}}
+def pod(phase: str | None, deleted: bool = False, **status) -> object:
+    """A ``V1Pod`` as the client reads it from the API."""
+    from kubernetes import client
+
+    metadata = {"name": "p"}
+    if deleted:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    document = {"metadata": metadata}
+    if phase is not None:
+        document["status"] = {"phase": phase, **status}
+    return client.V1Pod.model_validate(document)
+
+
+def container(state: dict) -> dict:
+    return {"containerStatuses": [{"name": "worker", "image": "img", "imageID": "",
+                                   "ready": False, "restartCount": 0, "state": state}]}
 
 
 def waiting(reason: str, message: str = "") -> dict:
-    return {"containerStatuses": [{"name": "worker", "state": {"waiting": {
-        "reason": reason, "message": message}}}]}
+    return container({"waiting": {"reason": reason, "message": message}})
 
 
 @pytest.mark.parametrize(("document", "state", "reason"), [
+    (pod(None), JobState.pending, None),
     (pod("Pending"), JobState.pending, None),
     (pod("Pending", **waiting("ContainerCreating")), JobState.pending, "ContainerCreating"),
     (pod("Pending", **waiting("ImagePullBackOff", "Back-off pulling image")), JobState.held,
@@ -327,12 +402,10 @@ def waiting(reason: str, message: str = "") -> dict:
     (pod("Succeeded"), JobState.finished, None),
     (pod("Failed", reason="Evicted", message="low on ephemeral-storage"), JobState.failed,
      "Evicted: low on ephemeral-storage"),
-    (pod("Failed", containerStatuses=[{"state": {"terminated": {
-        "reason": "OOMKilled", "exitCode": 137}}}]), JobState.failed,
-     "OOMKilled (exit code 137)"),
+    (pod("Failed", **container({"terminated": {"reason": "OOMKilled", "exitCode": 137}})),
+     JobState.failed, "OOMKilled (exit code 137)"),
     (pod("Unknown"), JobState.pending, "Unknown: the pod's node is not reporting its state"),
-    ({"metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"},
-      "status": {"phase": "Running"}}, JobState.removed, "deleted, terminating"),
+    (pod("Running", deleted=True), JobState.removing, "deleted, terminating"),
 ])
-def test_pod_phases_map_to_job_states(document: dict, state: JobState, reason: str) -> None:
+def test_pod_phases_map_to_job_states(document, state: JobState, reason: str) -> None:
     assert pod_state(document) == (state, reason)

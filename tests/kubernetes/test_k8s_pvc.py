@@ -8,6 +8,7 @@ import pytest
 
 from hybrid.errors import ConfigurationError
 from hybrid.kubernetes import (
+    AccessMode,
     KubernetesAPIError,
     PersistentVolumeClaimNotBound,
     create_persistent_volume_claim,
@@ -23,30 +24,35 @@ def test_claim_is_created_and_waited_for_until_bound(kube) -> None:
                                            storage_class="standard", api_client=api, timeout=20,
                                            poll_interval=0.1)
     assert time.monotonic() - start >= kube.bind_delay  # it really waited for the binding
-    assert claim["status"]["phase"] == "Bound"
-    assert claim["spec"]["resources"]["requests"]["storage"] == "5T"
-    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim.status.phase == "Bound"
+    assert claim.spec.resources.requests["storage"] == "5T"
+    assert claim.spec.access_modes == ["ReadWriteMany"]
+    # It watched the claim (no polling): one watch request, no repeated reads.
+    paths = [path for method, path in kube.requests if method == "GET"]
+    assert any("watch=" in path for path in paths)
+    assert not any(path.endswith("/persistentvolumeclaims/evaluator-storage") for path in paths)
     stored = kube.list_objects("persistentvolumeclaims")
     assert [c["metadata"]["name"] for c in stored] == ["evaluator-storage"]
     assert kube.claim_directory("evaluator-storage").is_dir()
     # Creating it again waits for the existing claim instead of failing.
     again = create_persistent_volume_claim("evaluator-storage", "5 TB", api_client=api)
-    assert again["metadata"]["uid"] == claim["metadata"]["uid"]
+    assert again.metadata.uid == claim.metadata.uid
     assert delete_persistent_volume_claim("evaluator-storage", api_client=api) is True
     assert delete_persistent_volume_claim("evaluator-storage", api_client=api) is False
     assert kube.list_objects("persistentvolumeclaims") == []
 
 
 def test_default_storage_class_and_access_modes(kube) -> None:
-    claim = create_persistent_volume_claim("scratch", "100 GiB", access_modes="ReadWriteOnce",
+    claim = create_persistent_volume_claim("scratch", "100 GiB",
+                                           access_modes=AccessMode.READ_WRITE_ONCE,
                                            namespace="science", api_client=kube.api_client(),
                                            labels={"team": "ff"}, poll_interval=0.1)
-    assert claim["status"]["phase"] == "Bound"
-    assert claim["spec"]["storageClassName"] == "standard"
-    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
-    assert claim["spec"]["resources"]["requests"]["storage"] == "100Gi"
-    assert claim["metadata"]["labels"] == {"team": "ff"}
-    assert claim["metadata"]["namespace"] == "science"
+    assert claim.status.phase == "Bound"
+    assert claim.spec.storage_class_name == "standard"
+    assert claim.spec.access_modes == ["ReadWriteOnce"]
+    assert claim.spec.resources.requests["storage"] == "100Gi"
+    assert claim.metadata.labels == {"team": "ff"}
+    assert claim.metadata.namespace == "science"
 
 
 def test_a_claim_stuck_pending_names_its_phase(kube) -> None:
@@ -69,7 +75,7 @@ def test_a_claim_stuck_pending_names_its_phase(kube) -> None:
 def test_wait_false_returns_the_pending_claim(kube) -> None:
     claim = create_persistent_volume_claim("first-consumer", "1 GiB", storage_class="local-wffc",
                                            api_client=kube.api_client(), wait=False)
-    assert claim["status"]["phase"] == "Pending"
+    assert claim.status.phase == "Pending"
 
 
 @pytest.mark.parametrize(("arguments", "field"), [
@@ -86,7 +92,8 @@ def test_wait_false_returns_the_pending_claim(kube) -> None:
     ({"timeout": 0}, "timeout"),
     ({"timeout": "soon"}, "timeout"),
     ({"timeout": -3 * unit.minute}, "timeout"),
-    ({"labels": {"a": "b c"}}, "labels['a']"),
+    ({"labels": {"a": "b c"}}, "labels"),
+    ({"labels": {"bad key!": "v"}}, "labels"),
 ])
 def test_bad_arguments_are_refused_before_any_request(kube, arguments: dict, field: str) -> None:
     values = {"name": "claim", "api_client": kube.api_client(), **arguments}

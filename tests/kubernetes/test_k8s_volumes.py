@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import kubernetes_validate
@@ -11,6 +12,7 @@ from hybrid.errors import ConfigurationError
 from hybrid.kubernetes import (
     KubernetesEmptyDirVolume,
     KubernetesPersistentVolumeClaim,
+    KubernetesPods,
     KubernetesSecret,
 )
 from hybrid.units import unit
@@ -50,7 +52,7 @@ def test_claim_and_scratch_volumes() -> None:
     kubernetes_validate.validate(pod_with(claim, dotted, scratch, unlimited), "1.33", strict=True)
 
 
-def test_volumes_compare_by_value_and_pickle() -> None:
+def test_volumes_compare_by_value_pickle_and_travel_as_plain_data() -> None:
     secret = KubernetesSecret("a", "b", "/c", sub_path="d")
     assert secret == KubernetesSecret("a", "b", "/c", sub_path="d")
     assert secret != KubernetesSecret("a", "b", "/c")
@@ -58,6 +60,15 @@ def test_volumes_compare_by_value_and_pickle() -> None:
     scratch = KubernetesEmptyDirVolume("s", "/s", "1 GiB")
     assert pickle.loads(pickle.dumps(scratch)) == scratch
     assert len({secret, KubernetesSecret("a", "b", "/c", sub_path="d")}) == 1
+    # As a system's settings they become JSON and come back as the same objects.
+    claim = KubernetesPersistentVolumeClaim("data.v2", "/data", read_only=True)
+    system = KubernetesPods(volumes=[claim, scratch], secrets=[secret])
+    options = json.loads(json.dumps(system.options()))
+    assert [v["kind"] for v in options["volumes"]] == ["persistent_volume_claim", "empty_dir"]
+    again = KubernetesPods(**options)
+    assert again.settings == system.settings
+    assert again.settings.volumes == (claim, scratch)
+    assert again.settings.secrets == (secret,)
 
 
 @pytest.mark.parametrize(("make", "field"), [

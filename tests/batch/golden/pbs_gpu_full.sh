@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 #PBS -N HybridCluster-demo-gpu
 #PBS -J 1-2
 #PBS -l select=1:ncpus=4:mem=16385mb:ngpus=2
@@ -6,7 +6,7 @@
 #PBS -q gpuq
 #PBS -A proj-7
 #PBS -v HYBRID_TAG=HybridCluster:demo:gpu:tcp://10.1.2.3:8786
-#PBS -S /bin/sh
+#PBS -S /bin/bash
 #PBS -o /scratch/hybrid/jobs/demo-pool-0a1b2c3d/
 #PBS -j oe
 #PBS -l place=excl
@@ -17,11 +17,19 @@ export HYBRID_JOB_ID
 umask 077
 PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 export PATH
+hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+exec >>/scratch/hybrid/jobs/demo-pool-0a1b2c3d/worker-"$hybrid_suffix".log 2>&1
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
 export OMP_NUM_THREADS=4
 # --- setup commands given by the user ---
 module load cuda/12.2
 # --- end of setup commands ---
-hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
-exec /opt/hybrid/venv/bin/python -m dask worker tcp://10.1.2.3:8786 --nthreads 4 --resources 'GPU=2 notGPU=0' --no-nanny --death-timeout 60 --name demo-gpu-"$hybrid_suffix"
+# The worker runs as this script's child: a removal (SIGTERM to this script) kills it and its
+# processes at once, so the job leaves the queue without waiting for the worker's shutdown
+# (hybrid retires workers through the scheduler before it removes their jobs).
+hybrid_worker=
+trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; exit 143' TERM INT
+/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 4 --memory-limit 17179869185 --resources 'GPU=2 notGPU=0' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
+hybrid_worker=$!
+wait "$hybrid_worker"

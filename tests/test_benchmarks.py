@@ -1,0 +1,127 @@
+"""The benchmarks (``python -m benchmarks``) run, so they cannot rot.
+
+Each test runs one benchmark's quick configuration as the command does, in its own process,
+against the real pools, and checks that it measured something for every variant: the numbers
+themselves are never judged here (the command never fails on a number).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(name: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """``python -m benchmarks --quick --only NAME``; its JSON, after checking the run."""
+    out = tmp_path / f"{name}.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", name, "--json", str(out),
+         *extra], cwd=REPO, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, f"{name} broke:\n{result.stdout}\n{result.stderr[-4000:]}"
+    data = json.loads(out.read_text())
+    assert not data["skips"], data["skips"]
+    assert f"| {name} |" in result.stdout, result.stdout
+    for measure in data["measures"]:
+        if measure["variant"].startswith("floor") and measure["errors"]:
+            continue  # the pool's own reference jobs timed out on a busy machine: no number
+        assert measure["samples"], measure
+        assert not measure["errors"], measure
+        assert all(isinstance(s, float) and math.isfinite(s) and s >= 0
+                   for s in measure["samples"]), measure
+    return data
+
+
+def variants(data: dict[str, Any], benchmark: str) -> set[tuple[str, str, str]]:
+    """(system, config, variant) of every measure of ``benchmark``."""
+    return {(m["system"], m["config"], m["variant"]) for m in data["measures"]
+            if m["benchmark"] == benchmark}
+
+
+def goals(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The goal verdicts by goal name."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for goal in data["goals"]:
+        found.setdefault(goal["goal"], []).append(goal)
+    return found
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cluster,
+                                                         tmp_path):
+    data = run_benchmark("scale-up", tmp_path)
+    seen = variants(data, "scale-up")
+    for system in ("htcondor", "slurm"):
+        for n in (1, 2):
+            for variant in ("hybrid", "dask-jobqueue", "floor", "floor: pool start",
+                            "floor: bare workers"):
+                assert (system, f"n={n}", variant) in seen, (system, n, variant, seen)
+            for benchmark in ("close", "queue empty after close"):
+                assert (system, f"n={n}", "hybrid") in variants(data, benchmark)
+    verdicts = goals(data)
+    assert {g["goal"] for g in data["goals"]} >= {"P1", "P3", "P7"}
+    assert all(g["met"] in (True, False) for g in verdicts["P1"] + verdicts["P3"])
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slurm_cluster,
+                                                              tmp_path):
+    data = run_benchmark("submit", tmp_path)
+    assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
+                                        for v in ("hybrid", "dask-jobqueue")}
+    assert all(g["met"] in (True, False) for g in goals(data)["P2"])
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+def test_reconcile_polls_with_the_history_and_matches_names(htcondor_pool, slurm_cluster,
+                                                            tmp_path):
+    data = run_benchmark("reconcile", tmp_path)
+    for system in ("htcondor", "slurm"):
+        assert variants(data, "reconcile") >= {
+            (system, "100 jobs", v) for v in ("poll (history)", "poll", "match 1000 workers",
+                                              "close")}
+
+
+def test_annotation_measures_both_graphs_annotated_and_not(tmp_path):
+    data = run_benchmark("annotation", tmp_path)
+    assert variants(data, "annotation") == {
+        ("local", f"{graph}, 200 tasks", v) for graph in ("map", "delayed")
+        for v in ("annotated", "not annotated")}
+    assert all(g["met"] in (True, False) for g in goals(data)["P4"])
+
+
+def test_md_workload_runs_annotated_and_not(tmp_path):
+    """On this machine (no GPU) the P5 workload runs on OpenMM's CPU platform: the code is
+    exercised, and P5 says it was not measured."""
+    data = run_benchmark("gpu-md", tmp_path, "--md-on-cpu")
+    found = {variant for _, _, variant in variants(data, "gpu-md")}
+    assert {"annotated: makespan", "not annotated: makespan"} <= found
+    on_gpu = any(system == "local GPU" for system, _, _ in variants(data, "gpu-md"))
+    assert (goals(data)["P5"][0]["met"] is not None) == on_gpu
+
+
+def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
+    """``hybrid demo --workload md``: real OpenMM and packmol, routed by the annotator (on
+    this machine's CPU platform: no GPU here)."""
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("hybrid")), "demo", "--workload", "md", "--json",
+         "--simulations", "2", "--packings", "1", "--waters", "100", "--steps", "50",
+         "--gpu-workers", "1", "--cpu-workers", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-4000:]
+    annotated, plain = json.loads(result.stdout)
+    assert (annotated["annotated"], plain["annotated"]) == (True, False)
+    assert annotated["workers"] == {"simulation": {"gpu-0": 2}, "packing": {"cpu-0": 1}}
+    for run in (annotated, plain):
+        assert run["platforms"] == {"CPU": 2}
+        assert len(run["ns_per_day"]) == 2 and all(v > 0 for v in run["ns_per_day"])
