@@ -1,0 +1,1 @@
+"""hybrid's benchmarks: ``python -m benchmarks`` runs every one this machine can run."""

@@ -1,0 +1,128 @@
+"""``python -m benchmarks``: every benchmark this machine can run, side by side with
+dask-jobqueue, interleaved; a table (median [range], ratio) on stdout and JSON on disk.
+
+Run it from the repository root, as root, with the CI pools up::
+
+    bash ci/slurm/up.sh && bash ci/htcondor/up.sh $PWD/.venv
+    .venv/bin/pip install -e '.[bench,md]'
+    .venv/bin/python -m benchmarks                     # everything, 5 repetitions
+    .venv/bin/python -m benchmarks --quick             # one small configuration of each
+    .venv/bin/python -m benchmarks --only scale-up --systems slurm --sizes 16
+
+A benchmark whose system is not there is skipped, saying why; the exit status is 0 whatever
+the numbers are (1 only for a benchmark that broke). docs/benchmarks.md explains each row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+from benchmarks import annotation, gpu, reconcile, scaleup, submit
+from benchmarks.goals import evaluate
+from benchmarks.harness import Results, goal_table, log, machine, table
+
+BENCHMARKS = ("scale-up", "submit", "annotation", "reconcile", "gpu-md")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's options."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks",
+                                description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS),
+                   help="run only these benchmarks")
+    p.add_argument("--quick", action="store_true",
+                   help="one small configuration of each, once (what the test suite runs)")
+    p.add_argument("--repeats", type=int, help="repetitions of every measure (default 5; "
+                   "quick: 1)")
+    p.add_argument("--systems", nargs="+", choices=("htcondor", "slurm"),
+                   default=["htcondor", "slurm"])
+    p.add_argument("--sizes", nargs="+", type=int, help="scale-up sizes (default 1 4 16)")
+    p.add_argument("--variants", nargs="+", choices=scaleup.VARIANTS,
+                   default=list(scaleup.VARIANTS), help="scale-up variants")
+    p.add_argument("--submit-workers", type=int, help="workers of the submit benchmark "
+                   "(default 1000)")
+    p.add_argument("--reconcile-jobs", type=int, help="tracked jobs (default 10000)")
+    p.add_argument("--tasks", type=int, help="tasks of the annotation graphs (default 2000)")
+    p.add_argument("--md-on-cpu", action="store_true",
+                   help="run the GPU benchmark's workload on the CPU platform where no GPU is "
+                   "found (checks the code; no P5 verdict)")
+    p.add_argument("--json", dest="json_path",
+                   help="where to write the JSON (default: a new file in the temp directory)")
+    p.add_argument("--markdown", help="also write the tables, as Markdown, to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print, write; 0 unless a benchmark broke."""
+    args = parser().parse_args(argv)
+    quick = args.quick
+    repeats = args.repeats or (1 if quick else 5)
+    sizes = args.sizes or ([1, 2] if quick else [1, 4, 16])
+    results = Results(machine=machine())
+    results.settings = {"argv": sys.argv[1:] if argv is None else argv, "repeats": repeats,
+                        "sizes": sizes, "quick": quick}
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        log(f"the load average is {load:.2f}: something else runs here, numbers will be noisy")
+    plan = {
+        "scale-up": lambda: scaleup.run(results, args.systems, sizes, repeats, args.variants),
+        "submit": lambda: submit.run(results, args.systems,
+                                     args.submit_workers or (20 if quick else 1000), repeats),
+        "annotation": lambda: annotation.run(results, args.tasks or (200 if quick else 2000),
+                                             repeats),
+        "reconcile": lambda: reconcile.run(results, args.systems,
+                                           args.reconcile_jobs or (100 if quick else 10_000),
+                                           repeats),
+        "gpu-md": lambda: gpu.run(results, repeats, allow_cpu=args.md_on_cpu, **(
+            {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "gpu_workers": 1,
+             "cpu_workers": 1, "cpu_threads": 1} if quick else {})),
+    }
+    broken = []
+    started = time.monotonic()
+    for name in BENCHMARKS:
+        if name not in args.only:
+            continue
+        log(f"== {name}")
+        try:
+            plan[name]()
+        except Exception as error:  # a broken benchmark: reported, the others still run
+            traceback.print_exc()
+            broken.append(f"{name}: {type(error).__name__}: {error}")
+            results.skip(name, f"BROKEN: {type(error).__name__}: {error}")
+    results.goals = evaluate(results)
+    results.machine["seconds"] = round(time.monotonic() - started, 1)
+    results.machine["load_average_after"] = os.getloadavg()
+    path = args.json_path or os.path.join(
+        tempfile.gettempdir(), f"hybrid-bench-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    results.write_json(path)
+    text = report(results)
+    print(text)
+    print(f"\nJSON: {path}")
+    if args.markdown:
+        with open(args.markdown, "w") as out:
+            out.write(text + "\n")
+    return 1 if broken else 0
+
+
+def report(results: Results) -> str:
+    """The measures, the goals and the skips, as Markdown."""
+    m = results.machine
+    lines = [f"Measured {m['date']} on {m['host']}: {m['cpus']} CPUs"
+             + (f" ({m['cpu_model']})" if m.get("cpu_model") else "")
+             + (f", {m['memory_gib']} GiB" if m.get("memory_gib") else "")
+             + f", Python {m['python']}; "
+             + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+             + f". Load average before: {m['load_average'][0]:.2f}; {m.get('seconds')} s.",
+             "", table(results), "", goal_table(results.goals)]
+    if results.skips:
+        lines += ["", "Skipped:"] + [f"- {s.benchmark}: {s.why}" for s in results.skips]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The goals of issue 14 (P1-P7), checked against the measures of one run."""
+
+from __future__ import annotations
+
+from benchmarks.harness import Goal, Measure, Results, fmt, ratio
+
+#: The variant each benchmark's ratios are taken against.
+ANCHORS = {"scale-up": "dask-jobqueue", "submit": "dask-jobqueue", "close": "dask-jobqueue",
+           "queue empty after close": "dask-jobqueue", "annotation": "not annotated"}
+
+
+def _missing(goal: str, text: str, why: str) -> Goal:
+    return Goal(goal, text, "-", None, why)
+
+
+def scale_goals(results: Results, system: str, goal: str) -> list[Goal]:
+    """P1 (HTCondor) / P3 (Slurm): 0.6x dask-jobqueue and 1.2x the floor at n=16, never
+    slower than dask-jobqueue at any n."""
+    out = []
+    sizes = sorted({m.config for m in results.measures
+                    if m.benchmark == "scale-up" and m.system == system},
+                   key=lambda c: int(c.split("=")[1]))
+    if not sizes:
+        return [_missing(goal, f"{system} scale-up", "not run: see the skips")]
+    for config in sizes:
+        ours = results.find("scale-up", system, config, "hybrid")
+        anchor = results.find("scale-up", system, config, "dask-jobqueue")
+        floor = results.find("scale-up", system, config, "floor")
+        vs_anchor, vs_floor = ratio(ours, anchor), ratio(ours, floor)
+        if config == "n=16":
+            text = f"{system} {config}: <= 0.6x dask-jobqueue and <= 1.2x the floor"
+            met = (None if vs_anchor is None or vs_floor is None
+                   else vs_anchor <= 0.6 and vs_floor <= 1.2)
+        else:
+            text = f"{system} {config}: never slower than dask-jobqueue (<= 1.0x)"
+            met = None if vs_anchor is None else vs_anchor <= 1.0
+        value = (f"{_x(vs_anchor)} dask-jobqueue, {_x(vs_floor)} floor")
+        out.append(Goal(goal, text, value, met,
+                        "" if met is not None else "a variant did not run"))
+    return out
+
+
+def submit_goal(results: Results, system: str) -> Goal:
+    """P2: at least 50x faster than per-job submits, under 0.5 s."""
+    configs = [m for m in results.measures if m.benchmark == "submit" and m.system == system
+               and m.variant == "hybrid"]
+    text = f"{system}: submit n workers >= 50x faster than per-job submits, < 0.5 s"
+    if not configs:
+        return _missing("P2", text, "not run: see the skips")
+    ours = configs[-1]
+    anchor = results.find("submit", system, ours.config, "dask-jobqueue")
+    speedup = ratio(anchor, ours)
+    median = ours.median()
+    met = None if speedup is None or median is None else speedup >= 50 and median < 0.5
+    return Goal("P2", text.replace("n workers", ours.config.replace("n=", "") + " workers"),
+                f"{fmt(median)} s, {_x(speedup)} faster", met,
+                "" if met is not None else "a variant did not run")
+
+
+def close_goal(results: Results, system: str, variant: str = "hybrid") -> Goal:
+    """P7: close() under 1 s, every job gone within 1 s of it, at n=16."""
+    text = f"{system} n=16: close() < 1 s and the queue empty < 1 s after it"
+    if variant != "hybrid":
+        text += f" ({variant})"
+    close_times = results.find("close", system, "n=16", variant)
+    gone_times = results.find("queue empty after close", system, "n=16", variant)
+    if close_times is None or gone_times is None:
+        return _missing("P7", text, "not run at n=16")
+    close, gone = close_times.median(), gone_times.median()
+    met = None if close is None or gone is None else close < 1 and gone < 1
+    return Goal("P7", text, f"close {fmt(close)} s, gone {fmt(gone)} s later", met)
+
+
+def annotation_goal(results: Results) -> list[Goal]:
+    """P4: annotated tasks/s at least 0.9x not annotated."""
+    out = []
+    for m in results.measures:
+        if m.benchmark == "annotation" and m.variant == "annotated":
+            r = ratio(m, results.find("annotation", m.system, m.config, "not annotated"))
+            out.append(Goal("P4", f"{m.config}: annotated >= 0.9x the tasks/s of plain",
+                            f"{_x(r)}", None if r is None else r >= 0.9))
+    return out or [_missing("P4", "annotated >= 0.9x plain", "not run")]
+
+
+def reconcile_goal(results: Results) -> list[Goal]:
+    """P6: one poll of 10,000 tracked jobs, history included, under 1 s."""
+    out = []
+    for m in results.measures:
+        if m.benchmark == "reconcile" and m.variant == "poll (history)":
+            median = m.median()
+            size = int(m.config.split()[0])
+            met = None if median is None else (median < 1 if size >= 10_000 else None)
+            out.append(Goal("P6", f"{m.system} {m.config}: one poll with history < 1 s",
+                            f"{fmt(median)} s", met,
+                            "" if size >= 10_000 or median is None else
+                            "fewer than 10,000 jobs: no verdict"))
+    return out or [_missing("P6", "one poll of 10,000 jobs < 1 s", "not run")]
+
+
+def gpu_goal(results: Results) -> list[Goal]:
+    """P5: GPU busy >= 90 % annotated, makespan <= 0.6x the unannotated one."""
+    skip = next((s for s in results.skips if s.benchmark == "gpu-md"), None)
+    text = "GPU busy >= 90 % annotated; makespan <= 0.6x unannotated"
+    spans = [m for m in results.measures if m.benchmark == "gpu-md"]
+    if skip is not None or not spans:
+        return [_missing("P5", text, skip.why if skip else "not run")]
+    system, config = spans[0].system, spans[0].config
+    if system != "local GPU":
+        return [_missing("P5", text, "ran on the CPU platform only (no GPU)")]
+    on = results.find("gpu-md", system, config, "annotated: makespan")
+    off = results.find("gpu-md", system, config, "not annotated: makespan")
+    busy = results.find("gpu-md", system, config, "annotated: GPU busy")
+    r = ratio(on, off)
+    b = busy.median() if busy else None
+    met = None if r is None or b is None else r <= 0.6 and b >= 90
+    return [Goal("P5", text, f"busy {fmt(b)} %, makespan {_x(r)}", met)]
+
+
+def evaluate(results: Results) -> list[Goal]:
+    """Every goal's verdict."""
+    goals = [*scale_goals(results, "htcondor", "P1"), *scale_goals(results, "slurm", "P3")]
+    goals += [submit_goal(results, s) for s in ("htcondor", "slurm")]
+    goals += [close_goal(results, s) for s in ("htcondor", "slurm")]
+    goals += annotation_goal(results) + reconcile_goal(results) + gpu_goal(results)
+    return goals
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+__all__ = ["ANCHORS", "Measure", "evaluate"]

@@ -1,0 +1,167 @@
+"""The real batch systems the benchmarks use: finding them, dask-jobqueue's way into them.
+
+The CI pools (``ci/htcondor/up.sh``, ``ci/slurm/up.sh``) write ``env.sh`` files; the
+benchmarks read them, so ``python -m benchmarks`` works from a plain shell. dask-jobqueue's
+HTCondorCluster calls ``condor_submit``/``condor_rm``; on this machine those tools live only
+inside the pool's chroot, so :func:`condor_tools` puts two small shims on ``PATH`` that run
+the pool's own tools there, as the pool's job user (what a submit node would run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
+
+
+def source_env(env_file: Path) -> bool:
+    """Apply the ``export NAME=value`` lines of a bring-up script's env.sh; False if none."""
+    if not env_file.is_file():
+        return False
+    for line in env_file.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("export ") and "=" in line:
+            name, value = line[len("export "):].split("=", 1)
+            os.environ[name] = value.strip().strip('"').strip("'")
+    return True
+
+
+def htcondor_problem() -> str | None:
+    """Why the HTCondor pool cannot be used here (``None``: it answers)."""
+    if not source_env(STATE / "htcondor" / "env.sh"):
+        return (f"no {STATE}/htcondor/env.sh: bring the pool up with "
+                "`bash ci/htcondor/up.sh $PWD/.venv` (root)")
+    try:
+        import htcondor2
+    except ImportError:
+        return "the htcondor bindings are missing (pip install 'hybrid[htcondor]')"
+    htcondor2.reload_config()
+    try:
+        htcondor2.Schedd().query(constraint="false", projection=["ClusterId"], limit=1)
+    except Exception as error:
+        return f"the schedd does not answer ({error}); run `bash ci/htcondor/up.sh $PWD/.venv`"
+    return None
+
+
+def slurm_problem() -> str | None:
+    """Why Slurm cannot be used here (``None``: it answers)."""
+    source_env(STATE / "slurm" / "env.sh")
+    if shutil.which("sbatch") is None:
+        return "sbatch is not on PATH: bring Slurm up with `bash ci/slurm/up.sh` (root)"
+    result = subprocess.run(["squeue", "--noheader", "--jobs=1"], capture_output=True,
+                            text=True, timeout=30)
+    if result.returncode != 0 and "Invalid job id" not in result.stderr:
+        return f"squeue does not answer ({result.stderr.strip()}); run `bash ci/slurm/up.sh`"
+    return None
+
+
+def jobqueue_problem() -> str | None:
+    """Why dask-jobqueue cannot be the anchor (``None``: it is installed)."""
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        return "dask-jobqueue is not installed (pip install -e '.[bench]')"
+    return None
+
+
+_SUBMIT_SHIM = """#!/bin/bash
+# condor_submit FILE, run by the pool's own condor_submit inside its chroot (benchmarks only)
+set -euo pipefail
+copy=$(mktemp -p {inbox} submit.XXXXXXXX)
+cp "${{@: -1}}" "$copy"
+chmod 644 "$copy"
+cd /tmp
+exec env -u CONDOR_CONFIG chroot {chroot} /usr/sbin/runuser -u {user} -- \\
+    sh -c 'cd /tmp && exec condor_submit "$@"' sh "${{@:1:$#-1}}" "${{copy#{chroot}}}"
+"""
+
+_TOOL_SHIM = """#!/bin/bash
+# {tool}, run inside the pool's chroot as its job user (benchmarks only)
+exec env -u CONDOR_CONFIG chroot {chroot} /usr/sbin/runuser -u {user} -- {tool} "$@"
+"""
+
+
+@contextlib.contextmanager
+def condor_tools() -> Iterator[Path]:
+    """``condor_submit``, ``condor_rm`` and ``condor_q`` on ``PATH`` for dask-jobqueue."""
+    chroot = Path(os.environ["HYBRID_CONDOR_CHROOT"])
+    user = os.environ.get("HYBRID_CONDOR_JOB_USER", "hybridjob")
+    inbox = Path(tempfile.mkdtemp(prefix="hybrid-bench-", dir=chroot / "tmp"))
+    inbox.chmod(0o755)
+    shims = Path(tempfile.mkdtemp(prefix="hybrid-bench-shims-"))
+    (shims / "condor_submit").write_text(
+        _SUBMIT_SHIM.format(inbox=inbox, chroot=chroot, user=user))
+    for tool in ("condor_rm", "condor_q"):
+        (shims / tool).write_text(_TOOL_SHIM.format(tool=tool, chroot=chroot, user=user))
+    for path in shims.iterdir():
+        path.chmod(0o755)
+    old = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{shims}:{old}"
+    try:
+        yield inbox
+    finally:
+        os.environ["PATH"] = old
+        shutil.rmtree(shims, ignore_errors=True)
+        shutil.rmtree(inbox, ignore_errors=True)
+
+
+def condor_in_queue(constraint: str) -> int:
+    """How many jobs matching ``constraint`` are in the schedd's queue (any state)."""
+    import htcondor2
+
+    return len(htcondor2.Schedd().query(constraint=constraint, projection=["ProcId"]))
+
+
+def condor_remove(constraint: str) -> None:
+    """Remove every job matching ``constraint`` (benchmark cleanup)."""
+    import htcondor2
+
+    with contextlib.suppress(Exception):
+        htcondor2.Schedd().act(htcondor2.JobAction.Remove, constraint,
+                               reason="hybrid benchmark cleanup")
+
+
+#: Slurm states in which a job no longer occupies the queue.
+SLURM_ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+               "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT")
+
+
+def slurm_in_queue(*, comment_prefix: str | None = None, name: str | None = None) -> int:
+    """How many array tasks or jobs, by comment prefix or job name, are still in the queue
+    (pending, running, completing...: any state but an ended one)."""
+    argv = ["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%j|%k"]
+    if name is not None:
+        argv.append(f"--name={name}")
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+    count = 0
+    for line in out.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) != 4:
+            continue
+        _, state, job_name, comment = parts
+        if comment_prefix is not None and not comment.startswith(comment_prefix):
+            continue
+        if name is not None and job_name != name:
+            continue
+        if state.strip().split()[0].rstrip("+") not in SLURM_ENDED:
+            count += 1
+    return count
+
+
+def slurm_cancel(*, name: str | None = None, comment_prefix: str | None = None) -> None:
+    """Cancel the jobs of this name or comment prefix (benchmark cleanup)."""
+    if name is not None:
+        subprocess.run(["scancel", f"--name={name}"], capture_output=True, timeout=60)
+    if comment_prefix is not None:
+        out = subprocess.run(["squeue", "--noheader", "--format=%A|%k"], capture_output=True,
+                             text=True, timeout=60).stdout
+        ids = [line.split("|", 1)[0] for line in out.splitlines()
+               if "|" in line and line.split("|", 1)[1].startswith(comment_prefix)]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=60)

@@ -1,0 +1,126 @@
+"""P2: n workers submitted, ``scale(n)`` in one transaction vs dask-jobqueue's per-job submits.
+
+``hybrid``: ``HybridCluster.scale(n)`` on a pool whose jobs never run (held, or matching no
+machine), timed until it returns: rendering, staging and the one submission. Its ``close``
+is recorded beside it (removing the n jobs, confirmed with the batch system).
+
+``dask-jobqueue``: what its ``scale(n)`` does to submit: one job script per worker, written
+to a file and handed to ``condor_submit``/``sbatch``, all n at once on the event loop (as its
+``SpecCluster`` starts them), timed until every submit command has answered. Its jobs never run
+either, and removed by the benchmark afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import dask
+
+from benchmarks import realpools
+from benchmarks.harness import Results, log, repeat, rotated
+
+#: A directive that keeps the jobs from ever running (spooled HTCondor jobs cannot be held).
+HOLD = {"htcondor": "requirements = false", "slurm": "--hold"}
+
+
+def hybrid_once(system: str, n: int, staging: Path) -> dict[str, float]:
+    """scale(n) of held jobs, then close()."""
+    from hybrid import HybridCluster
+
+    with dask.config.set({"hybrid.batch.staging-directory": str(staging),
+                          "hybrid.scheduler.host": "127.0.0.1"}):
+        cluster = HybridCluster(name=f"bench-{uuid.uuid4().hex[:8]}", dashboard_address=None)
+        try:
+            cluster.add_pool("w", system=system, cores=1, memory="1 GiB", walltime="00:30",
+                             job_extra_directives=[HOLD[system]])
+            start = time.perf_counter()
+            cluster.scale(n)
+            submitted = time.perf_counter() - start
+        finally:
+            closing = time.perf_counter()
+            cluster.close()
+            closed = time.perf_counter() - closing
+    return {"value": submitted, "close": closed}
+
+
+def jobqueue_once(system: str, n: int, staging: Path) -> float:
+    """dask-jobqueue's submit path for n workers, all at once; the jobs are removed after."""
+    marker = f"bench{uuid.uuid4().hex[:8]}"
+    job_cls, options = _jobqueue_job(system, marker, staging)
+
+    async def submit_all() -> float:
+        jobs = [job_cls(scheduler="tcp://127.0.0.1:9", name=f"{marker}-{i}", **options)
+                for i in range(n)]
+
+        async def submit(job: Any) -> None:
+            with job.job_file() as script:
+                job.job_id = job._job_id_from_submit_output(await job._submit_job(script))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(submit(job) for job in jobs))
+        return time.perf_counter() - start
+
+    try:
+        return asyncio.run(submit_all())
+    finally:
+        if system == "htcondor":
+            realpools.condor_remove(f'BenchMarker == "{marker}"')
+        else:
+            realpools.slurm_cancel(name=marker)
+
+
+def _jobqueue_job(system: str, marker: str, staging: Path) -> tuple[type, dict[str, Any]]:
+    common = {"cores": 1, "memory": "1GiB", "python": sys.executable,
+              "local_directory": str(staging)}
+    if system == "htcondor":
+        from dask_jobqueue.htcondor import HTCondorJob
+
+        return HTCondorJob, {**common, "disk": "1GiB", "job_extra_directives": {
+            "My.BenchMarker": f'"{marker}"', "requirements": "false"}}
+    from dask_jobqueue.slurm import SLURMJob
+
+    return SLURMJob, {**common, "queue": os.environ.get("HYBRID_CI_SLURM_PARTITION", "debug"),
+                      "walltime": "00:30:00", "job_name": marker,
+                      "job_extra_directives": ["--output=/dev/null", "--hold"]}
+
+
+def run(results: Results, systems: list[str], n: int, repeats: int) -> None:
+    """Both ways on every available system, ``repeats`` times, interleaved."""
+    available = []
+    for system in systems:
+        problem = (realpools.htcondor_problem() if system == "htcondor"
+                   else realpools.slurm_problem())
+        if problem:
+            results.skip(f"submit ({system})", problem)
+        else:
+            available.append(system)
+    variants = ["hybrid", "dask-jobqueue"]
+    if problem := realpools.jobqueue_problem():
+        results.skip("submit (dask-jobqueue)", problem)
+        variants.remove("dask-jobqueue")
+    if not available:
+        return
+    runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once}
+    with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp, \
+            realpools.condor_tools() if "htcondor" in available else _Nothing():
+        for repetition in range(repeats):
+            log(f"submit: repetition {repetition + 1} of {repeats}")
+            for system in available:
+                for variant in rotated(variants, repetition):
+                    measure = results.measure("submit", system, f"n={n}", variant)
+                    repeat(measure, lambda v=variant, s=system: runners[v](s, n, Path(tmp)))
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
