@@ -19,6 +19,22 @@ CHROOT_BIN="$(command -v chroot || echo /usr/sbin/chroot)"
 log() { printf '[htcondor-ci %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# The Debian mirror to debootstrap from: HYBRID_CI_DEBIAN_MIRROR, else the host's apt sources.
+debian_mirror() {
+    if [[ -n "${HYBRID_CI_DEBIAN_MIRROR:-}" ]]; then
+        printf '%s\n' "$HYBRID_CI_DEBIAN_MIRROR"; return
+    fi
+    local m
+    # one-line ("deb URL suite ...") and deb822 ("URIs: URL") sources alike
+    local apt="${HYBRID_CI_APT_DIR:-/etc/apt}"
+    m="$(cat "$apt"/sources.list "$apt"/sources.list.d/*.list "$apt"/sources.list.d/*.sources \
+            2>/dev/null | grep -v '^[[:space:]]*#' \
+            | grep -oE 'https?://[^[:space:]]+/debian/?([[:space:]]|$)' | head -n1 | tr -d '[:space:]' || true)"
+    [[ -n "$m" ]] || die "no Debian mirror in this host's apt sources ($apt/sources.list," \
+        "$apt/sources.list.d/): set HYBRID_CI_DEBIAN_MIRROR to one this host can reach"
+    printf '%s\n' "$m"
+}
+
 # Run a command inside a chroot with a clean environment: the caller may have sourced env.sh,
 # and a host CONDOR_CONFIG leaking into the chroot breaks every condor tool in there.
 in_chroot() {

@@ -10,7 +10,8 @@
 # points a host-side htcondor2 client at the pool. Stop with ci/htcondor/down.sh.
 #
 # Environment: HYBRID_CI_STATE (state root, default /var/tmp/hybrid-ci),
-#   HYBRID_CI_DEBIAN_MIRROR (default: the host's Debian mirror),
+#   HYBRID_CI_DEBIAN_MIRROR (default: the Debian mirror of the host's apt sources; none there
+#   is an error, never a guessed address),
 #   HYBRID_CI_CLIENT_PYTHON (python with htcondor2 for the readiness check; default the
 #   checkout's .venv/bin/python), HYBRID_CI_UP_TIMEOUT (seconds, default 120).
 set -euo pipefail
@@ -41,17 +42,6 @@ for v in "$@"; do
     [[ -x "$v/bin/python" ]] || die "$v is not a virtual environment (no $v/bin/python)"
     VENVS+=("$(readlink -f "$v")")
 done
-
-debian_mirror() {
-    if [[ -n "${HYBRID_CI_DEBIAN_MIRROR:-}" ]]; then
-        printf '%s\n' "$HYBRID_CI_DEBIAN_MIRROR"; return
-    fi
-    local m
-    m="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources \
-            2>/dev/null | grep -v '^[[:space:]]*#' \
-            | grep -oE 'https?://[^[:space:]]+/debian/?([[:space:]]|$)' | head -n1 | tr -d '[:space:]' || true)"
-    printf '%s\n' "${m:-http://deb.debian.org/debian}"
-}
 
 # ---------------------------------------------------------------------------------------------
 # 1. The chroot: build once into a temporary directory, rename into place when complete.
