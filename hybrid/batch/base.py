@@ -324,6 +324,25 @@ def remove_orphaned_staging(system: BatchSystem, timeout: float = 3.0,
     return found
 
 
+def remove_orphaned_clusters(system: BatchSystem, timeout: float = 3.0,
+                             dry_run: bool = False, removed: Iterable[str] = ()) -> list[str]:
+    """Clusters whose leftovers besides jobs (a Kubernetes cluster's Secret) no job needs
+    any more: none of the cluster's jobs is active (the ``removed`` ids do not count) and its
+    scheduler does not answer. Their leftovers are dropped unless ``dry_run``."""
+    kept = system.kept_clusters()
+    if not kept:
+        return []
+    gone = set(removed)
+    live = {j.cluster for j in system.query() if j.state.active and j.cluster
+            and j.state is not JobState.removing and j.job_id not in gone}
+    found = [name for name, scheduler in sorted(kept.items())
+             if name not in live and not scheduler_reachable(scheduler, timeout)]
+    if not dry_run:
+        for name in found:
+            system.cluster_closed(name)
+    return found
+
+
 # --------------------------------------------------------------------------- systems
 class SystemSettings(BaseModel):
     """A system's own settings (its section ``hybrid.batch.<name>``, minus pool options)."""
@@ -536,6 +555,11 @@ class BatchSystem(abc.ABC):
 
     def cluster_closed(self, cluster: str) -> None:  # noqa: B027 - most systems keep nothing
         """After a cluster's pools are closed: drop what the system keeps per cluster."""
+
+    def kept_clusters(self) -> dict[str, str | None]:
+        """Clusters for which the system keeps something besides jobs (what
+        :meth:`cluster_closed` drops), with their scheduler's address; most keep nothing."""
+        return {}
 
     def check(self, timeout: float = 20.0) -> CheckResult:
         """Whether this node can use the system (``hybrid doctor``): tools, then a query."""

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from hybrid.batch import SYSTEMS, JobStatus, Staging, WorkerJob, get_system
-from hybrid.batch.base import find_orphans, remove_orphaned_staging
+from hybrid.batch.base import find_orphans, remove_orphaned_clusters, remove_orphaned_staging
 from hybrid.cli import Duration
 from hybrid.errors import HybridError
 from hybrid.pools import POOL_OPTIONS, PoolSpec
@@ -280,8 +280,9 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_clearly
 def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
-    """Remove our jobs whose cluster is gone (their scheduler no longer answers), and the
-    staging directories (with their TLS copies) that no job of a live cluster needs."""
+    """Remove our jobs whose cluster is gone (their scheduler no longer answers), the
+    staging directories (with their TLS copies) that no job of a live cluster needs, and
+    what the system keeps for a gone cluster (a Kubernetes cluster's Secret)."""
     batch_system = get_system(system)
     orphans = find_orphans(batch_system, timeout)
     if orphans and not dry_run:
@@ -290,14 +291,20 @@ def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
             batch_system.cluster_closed(cluster)
     directories = remove_orphaned_staging(batch_system, timeout, dry_run=dry_run,
                                           removed=[j.job_id for j in orphans])
+    clusters = remove_orphaned_clusters(batch_system, timeout, dry_run=dry_run,
+                                        removed=[j.job_id for j in orphans])
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "orphans": [j.as_dict() for j in orphans],
-                               "staging": [str(p) for p in directories]}))
+                               "staging": [str(p) for p in directories],
+                               "clusters": clusters}))
     else:
         verb = "would remove" if dry_run else "removed"
         click.echo(f"{verb} {len(orphans)} orphaned job(s)"
                    + "".join(f"\n  {j.job_id} ({j.cluster}/{j.pool}, scheduler {j.scheduler})"
                              for j in orphans))
+        if clusters:
+            click.echo(f"{verb} what {len(clusters)} gone cluster(s) kept in {system}"
+                       + "".join(f"\n  {name}" for name in clusters))
         click.echo(f"{verb} {len(directories)} staging director"
                    f"{'y' if len(directories) == 1 else 'ies'}"
                    + "".join(f"\n  {p}" for p in directories))

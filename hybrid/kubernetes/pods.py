@@ -719,6 +719,13 @@ class KubernetesPods(BatchSystem):
                 f"their deletion: {', '.join(sorted(left))}. `kubectl get pods -n "
                 f"{self.settings.namespace} -l {selector}` shows them.")
 
+    def kept_clusters(self) -> dict[str, str | None]:
+        """Clusters with a Secret here, and the scheduler address it names."""
+        secrets, _ = self._list("secret", self._selector(role="cluster"))
+        return {(s.metadata.labels or {})[LABEL_CLUSTER]:
+                (s.metadata.annotations or {}).get(ANNOTATION_SCHEDULER)
+                for s in secrets if (s.metadata.labels or {}).get(LABEL_CLUSTER)}
+
     def cluster_names(self) -> list[str]:
         """Clusters that have pods or a Secret here (what ``hybrid gc`` may look at)."""
         names = set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import socket
 import stat
 import time
 from collections.abc import Callable
@@ -308,3 +309,26 @@ def test_bad_inputs_make_no_api_request(kube, tmp_path) -> None:
             system.submit(worker_job(system, cpu_resources()), tmp_path, 1)
     assert tag.value.field == "hybrid.batch.tag"
     assert kube.requests == []
+
+
+def test_gc_drops_the_secret_of_a_cluster_whose_client_died(kube, scheduler) -> None:
+    """A client killed after its pods left keeps no job, only its Secret (the TLS key):
+    ``hybrid gc`` finds it by its scheduler, which no longer answers, and deletes it; a live
+    cluster's Secret stays."""
+    from hybrid.batch.base import remove_orphaned_clusters
+    from hybrid.worker import Connection
+
+    system = KubernetesPods(api_client=kube.api_client())
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        dead = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    system.ensure_cluster_secret("gone", Connection(dead, None))
+    system.ensure_cluster_secret("alive", Connection(scheduler.scheduler_address, None))
+    assert system.kept_clusters() == {"gone": dead, "alive": scheduler.scheduler_address}
+
+    assert remove_orphaned_clusters(system, timeout=2, dry_run=True) == ["gone"]
+    assert len(kube.list_objects("secrets")) == 2  # a dry run deletes nothing
+    assert remove_orphaned_clusters(system, timeout=2) == ["gone"]
+    assert [s["metadata"]["name"] for s in kube.list_objects("secrets")] == [
+        cluster_secret_name("alive")]
+    assert remove_orphaned_clusters(system, timeout=2) == []
