@@ -24,7 +24,7 @@ from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
 from hybrid.fields import Address, Interval, validate_value
-from hybrid.manager import ManagedPool, PoolManager
+from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.pools import PoolSpec, numpydoc_parameters
 from hybrid.worker import Connection, TLSFiles
 
@@ -355,6 +355,11 @@ class HybridCluster(Cluster):
     def jobs(self, pool: str | None = None) -> Any:
         """The cluster's jobs in the queue, as the batch systems list them now."""
         return self.sync(self._manager().jobs, pool)
+
+    def pool_status(self) -> dict[str, PoolStatus]:
+        """Each pool's jobs by state, with the batch system's reasons, its target and
+        connected workers (:class:`~hybrid.manager.PoolStatus`), as of the last refresh."""
+        return self._manager().status()
 
     def __repr__(self) -> str:
         pools = ", ".join(f"{p.name}: {len(p.active())}/{p.target}"

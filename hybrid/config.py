@@ -84,13 +84,12 @@ def _host(value: Any) -> Any:
 
 
 def _system(value: Any) -> Any:
-    from hybrid.batch import SYSTEMS
     from hybrid.fields import reject
+    from hybrid.systems import SYSTEMS, system_choices
 
     if value is None or (isinstance(value, str) and value.lower() in SYSTEMS):
         return value
-    raise reject(f"one of {', '.join(sorted(SYSTEMS))}, or null (the gateway's own "
-                 "workers)")
+    raise reject(f"{system_choices()}, or null (the gateway's own workers)")
 
 
 def _fraction(value: Any) -> Any:
@@ -170,6 +169,23 @@ def worker_dask_environment() -> dict[str, str]:
         name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in parts)
         env[name] = str(value)
     return env
+
+
+def staging_root() -> Path:
+    """Where pools stage their job files (``hybrid.batch.staging-directory``)."""
+    configured = get("batch.staging-directory", None)
+    root = Path(str(configured)).expanduser() if configured else (
+        Path.home() / ".cache" / "hybrid" / "jobs")
+    if re.search(r"[\s,'\"\\$`%]", str(root)):
+        from hybrid.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "hybrid.batch.staging-directory", str(root),
+            "a path without spaces, commas, quotes, backslashes, $, backticks or % (batch "
+            "directives cannot quote them; Slurm reads %j in a log path as the job id)",
+            "Choose a plain directory, e.g. ~/.cache/hybrid/jobs.",
+        )
+    return root
 
 
 def config_directory() -> Path:

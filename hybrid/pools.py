@@ -50,16 +50,15 @@ from hybrid.fields import (
     validate,
 )
 from hybrid.routing import GPU, NOT_GPU, worker_resources
+from hybrid.systems import SYSTEMS, system_choices, system_class
 
 __all__ = ["POOL_OPTIONS", "PoolSpec", "numpydoc_parameters"]
 
 
 def _system_name(value: Any) -> Any:
-    from hybrid.batch import SYSTEMS
-
     if isinstance(value, str) and value.lower() in SYSTEMS:
         return value.lower()
-    raise reject(f"one of {', '.join(sorted(SYSTEMS))}")
+    raise reject(system_choices())
 
 
 def _conda_env(value: Any) -> Any:
@@ -221,8 +220,6 @@ class PoolSpec(BaseModel):
             if getattr(self, key) and self.container_image is None:
                 raise _field_error(key, list(getattr(self, key)),
                                    f"{key} only together with container_image")
-        from hybrid.batch import system_class
-
         system_class(self.system).check_spec(self)
         return self
 
@@ -315,8 +312,6 @@ class PoolSpec(BaseModel):
         configuration. An error names the field as the caller gave it: ``prefix + option``,
         ``labels[option]``, or the configuration key a value came from.
         """
-        from hybrid.batch import configured_settings, system_class
-
         check_job_settings()
         prefix = f"add_pool({name!r})." if prefix is None else prefix
         names = dict(labels or {})
@@ -344,7 +339,7 @@ class PoolSpec(BaseModel):
             kind = system_class(system_name)
         except ConfigurationError:
             raise ConfigurationError(names.get("system", f"{prefix}system"), system_name,
-                                     _system_choices()) from None
+                                     system_choices()) from None
         for key, value in config.section(f"batch.{kind.name}").items():
             label = f"hybrid.batch.{kind.name}.{key.replace('_', '-')}"
             if key in kind.Settings.model_fields:
@@ -356,7 +351,7 @@ class PoolSpec(BaseModel):
                 raise ConfigurationError(label, value, f"a setting {kind.name} knows, one of "
                                          + ", ".join(k.replace("_", "-") for k in known))
         system_prefix = f"hybrid.batch.{kind.name}."
-        data["system_options"] = kind.settings_from(configured_settings(kind), system_prefix)
+        data["system_options"] = kind.settings_from(kind.configured_settings(), system_prefix)
 
         numbers = _numbers_from(resources, prefix)
         if numbers.get("cores") is not None and options.get("cores") is not None and (
@@ -413,7 +408,7 @@ def check_job_settings() -> None:
     template and staging directories, how jobs are watched), checked before a pool is
     accepted, so that a bad one is an error of ``add_pool``, not of a later submission or
     of a reconcile in the background."""
-    from hybrid.batch.base import staging_root
+    from hybrid.config import staging_root
     from hybrid.templates import template_directories
 
     for key in ("batch.tag", "batch.poll-interval", "batch.stuck-timeout",
@@ -432,12 +427,6 @@ def _pixi_env(value: Any) -> str:
 
 def _field_error(field: str, value: Any, accepted: str, fix: str | None = None) -> Exception:
     return reject(accepted, fix, field=field, value=value)
-
-
-def _system_choices() -> str:
-    from hybrid.batch import SYSTEMS
-
-    return f"one of {', '.join(sorted(SYSTEMS))}"
 
 
 def _numbers_from(resources: Any, prefix: str) -> dict[str, Any]:

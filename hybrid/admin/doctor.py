@@ -18,61 +18,17 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from hybrid import config
+from hybrid.checks import CheckResult, Status, fail, ok, warn
 from hybrid.errors import ConfigurationError
 from hybrid.fields import Name, PortRange, port_range_bounds, validate_value
 from hybrid.gateway import scheduler_sni
 
 DEFAULT_WARN_DAYS = 14
 DEFAULT_TIMEOUT = 5.0
-
-
-class Status(str, Enum):
-    """The verdict of one check."""
-
-    ok = "ok"
-    warn = "warn"
-    fail = "fail"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check: its name, verdict, what it saw, and the fix when it is not ok."""
-
-    name: str
-    status: Status
-    message: str
-    fix: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Not a failure (a warning passes)."""
-        return self.status is not Status.fail
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"check": self.name, "status": self.status.value, "message": self.message,
-                "fix": self.fix}
-
-
-def ok(name: str, message: str) -> CheckResult:
-    """A check that passed."""
-    return CheckResult(name, Status.ok, message)
-
-
-def warn(name: str, message: str, fix: str) -> CheckResult:
-    """A check that passed with a warning (and its fix)."""
-    return CheckResult(name, Status.warn, message, fix)
-
-
-def fail(name: str, message: str, fix: str) -> CheckResult:
-    """A check that failed (and its fix)."""
-    return CheckResult(name, Status.fail, message, fix)
 
 
 # --------------------------------------------------------------------------- addresses

@@ -162,7 +162,6 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
         kube_config: str | Path | None = None,
         kube_context: str | None = None,
     ):
-        from hybrid.batch import configured_settings
         from hybrid.pools import POOL_OPTIONS, PoolSpec
 
         super().__init__(annotate_resources, gpu_fraction)
@@ -192,7 +191,7 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
                  "image_pull_secrets": image_pull_secrets, "kube_config": kube_config,
                  "kube_context": kube_context}
         given = {k: v for k, v in given.items() if v is not None}
-        configured = configured_settings(KubernetesPods)
+        configured = KubernetesPods.configured_settings()
         settings = {**configured, **given}
         validate(KubernetesSettings, settings, labels={
             k: f"hybrid.batch.kubernetes.{k.replace('_', '-')}" for k in configured

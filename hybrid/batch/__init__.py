@@ -1,18 +1,17 @@
-"""Batch systems: one module each on the shared :mod:`hybrid.batch.base`."""
+"""Batch systems: one module each on the shared :mod:`hybrid.batch.base`.
+
+Which systems exist is the registry's (:mod:`hybrid.systems`); each system's module is
+imported when a pool first uses it.
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from hybrid.batch.base import (
-    BatchSystem,
-    JobState,
-    JobStatus,
-    Staging,
-    WorkerJob,
-)
-from hybrid.errors import ConfigurationError
+from hybrid.batch.base import BatchSystem
+from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
+from hybrid.batch.staging import Staging
+from hybrid.systems import SYSTEMS, system_class
 
 __all__ = [
     "SYSTEMS",
@@ -25,36 +24,9 @@ __all__ = [
     "system_class",
 ]
 
-#: Batch system name -> "module:Class" (imported on first use: bindings are optional).
-SYSTEMS = {
-    "htcondor": "hybrid.batch.htcondor:HTCondor",
-    "slurm": "hybrid.batch.slurm:Slurm",
-    "pbs": "hybrid.batch.pbs:PBS",
-    "lsf": "hybrid.batch.lsf:LSF",
-    "local": "hybrid.batch.local:LocalProcesses",
-    "kubernetes": "hybrid.kubernetes.pods:KubernetesPods",
-}
-
-
-def system_class(name: Any) -> type[BatchSystem]:
-    """The class of the system called ``name``."""
-    key = str(name).lower() if isinstance(name, str) else None
-    if key not in SYSTEMS:
-        raise ConfigurationError("system", name, f"one of {', '.join(sorted(SYSTEMS))}")
-    module, cls = SYSTEMS[key].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def configured_settings(cls: type[BatchSystem]) -> dict[str, Any]:
-    """The system's own keys of its section ``hybrid.batch.<name>`` (not the pool defaults)."""
-    from hybrid import config
-
-    section = config.section(f"batch.{cls.name}")
-    return {k: v for k, v in section.items() if k in cls.Settings.model_fields and v is not None}
-
 
 def get_system(name: str, **settings: Any) -> BatchSystem:
-    """The system called ``name`` (htcondor, slurm, pbs, lsf, local or kubernetes), with its
+    """The system called ``name`` (one of :data:`~hybrid.systems.SYSTEMS`), with its
     settings: ``settings`` over its section ``hybrid.batch.<name>``."""
     cls = system_class(name)
-    return cls(**{**configured_settings(cls), **settings})
+    return cls(**{**cls.configured_settings(), **settings})

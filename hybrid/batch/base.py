@@ -1,138 +1,56 @@
-"""The batch system contract, the job a system renders, and what every system shares.
+"""The batch system contract and the command-line skeleton systems share.
 
 One module per system implements :class:`BatchSystem`: it renders its own files, submits n
 workers in ONE transaction, queries and removes exactly our jobs, checks its own tools (for
 ``hybrid doctor``) and has its own configuration section ``hybrid.batch.<name>`` (its
 :class:`BatchSystem.Settings`). Slurm, PBS and LSF share the command-line skeleton of
-:class:`CommandLineSystem`. Tracking jobs over time is the pool manager's
-(:mod:`hybrid.manager`); a system object holds no job state of its own (but the local one,
-whose "batch system" is this process).
+:class:`CommandLineSystem`. The job a system renders is :mod:`hybrid.batch.jobs`'s, its
+files' directory :mod:`hybrid.batch.staging`'s. Tracking jobs over time is the pool
+manager's (:mod:`hybrid.manager`); a system object holds no job state of its own (but the
+local one, whose "batch system" is this process).
 """
 
 from __future__ import annotations
 
 import abc
-import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from hybrid import config
-from hybrid.errors import BatchError, ConfigurationError, ToolMissing
+from hybrid.batch.jobs import (
+    DEFAULT_TAG,
+    JobState,
+    JobStatus,
+    WorkerJob,
+    parse_tag,
+    tag_prefix,
+    worker_name_suffix,
+)
+from hybrid.batch.staging import Staging, staging_root, write_private
+from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
-from hybrid.worker import Connection, TLSFiles, read_pem, worker_command
+from hybrid.worker import TLSFiles, worker_command
 
 if TYPE_CHECKING:
-    from hybrid.admin.doctor import CheckResult
+    from hybrid.checks import CheckResult
     from hybrid.pools import PoolSpec
 
-
-class JobState(str, Enum):
-    """Where a job stands, in the same words for every batch system."""
-
-    pending = "pending"
-    running = "running"
-    held = "held"
-    #: Asked to go, still in the queue (its processes may still be stopping).
-    removing = "removing"
-    finished = "finished"
-    failed = "failed"
-    removed = "removed"
-
-    @property
-    def active(self) -> bool:
-        """Pending, running, held or being removed: the job still occupies the queue."""
-        return self in (JobState.pending, JobState.running, JobState.held, JobState.removing)
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """One job as the batch system reports it."""
-
-    job_id: str
-    state: JobState
-    reason: str | None = None
-    cluster: str | None = None
-    pool: str | None = None
-    scheduler: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"job_id": self.job_id, "state": self.state.value, "reason": self.reason,
-                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler}
-
-
-#: The tag of ``hybrid.yaml`` (staging directories recorded before tags were recorded).
-DEFAULT_TAG = "HybridCluster"
-
-
-def tag_prefix() -> str:
-    """The tag that marks our jobs (``hybrid.batch.tag``): it names a job attribute."""
-    tag = config.get("batch.tag")
-    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", tag):
-        raise ConfigurationError("hybrid.batch.tag", tag,
-                                 "1-63 characters from A-Z a-z 0-9 _, not starting with a "
-                                 "digit (it names an HTCondor job attribute)")
-    return tag
-
-
-@dataclass(frozen=True)
-class WorkerJob:
-    """One pool's worker job in one cluster: what a system renders and submits."""
-
-    cluster: str
-    spec: PoolSpec
-    connection: Connection
-
-    @property
-    def pool(self) -> str:
-        """The pool's name."""
-        return self.spec.name
-
-    @property
-    def tag(self) -> str:
-        """``hybrid.batch.tag``."""
-        return tag_prefix()
-
-    @property
-    def name_prefix(self) -> str:
-        """Workers are named ``<cluster>-<pool>-<batch job id>``."""
-        return f"{self.cluster}-{self.spec.name}"
-
-    @property
-    def job_name(self) -> str:
-        """The batch job name: the tag, the cluster and the pool."""
-        return f"{self.tag}-{self.cluster}-{self.spec.name}"
-
-    @property
-    def tag_value(self) -> str:
-        """``<tag>:<cluster>:<pool>:<scheduler address>``, read back by :func:`parse_tag`."""
-        return f"{self.tag}:{self.cluster}:{self.spec.name}:{self.connection.scheduler_address}"
-
-
-def parse_tag(value: str, tag: str | None = None) -> tuple[str | None, str | None, str | None]:
-    """``<tag>:<cluster>:<pool>[:<scheduler address>]`` -> (cluster, pool, scheduler);
-    ``tag``: :func:`tag_prefix`, when the caller already has it."""
-    parts = value.split(":", 3)
-    if len(parts) >= 3 and parts[0] == (tag or tag_prefix()):
-        return parts[1], parts[2], parts[3] if len(parts) == 4 else None
-    return None, None, None
-
-
-def worker_name_suffix(job_id: str) -> str:
-    """The part of a worker name the job derives from its id (as the shell wrapper does)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", job_id)
+#: Names other modules import from here (their homes are :mod:`hybrid.batch.jobs` and
+#: :mod:`hybrid.batch.staging`).
+__all__ = [
+    "DEFAULT_TAG", "BatchError", "BatchSystem", "CommandLineSystem", "JobState", "JobStatus",
+    "ReservedOptions", "Staging", "SystemSettings", "ToolMissing", "WorkerJob", "parse_tag",
+    "run_command", "staging_root", "tag_prefix", "worker_name_suffix", "write_private",
+]
 
 
 def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float = 60,
@@ -155,192 +73,6 @@ def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float
         words = (result.stderr or result.stdout).strip()
         raise BatchError(f"{' '.join(argv[:2])} failed (exit {result.returncode}): {words}")
     return result
-
-
-# --------------------------------------------------------------------------- staging
-STAGING_RECORD = "hybrid-staging.json"
-
-
-def staging_root() -> Path:
-    """Where pools stage their job files (``hybrid.batch.staging-directory``)."""
-    configured = config.get("batch.staging-directory", None)
-    root = Path(str(configured)).expanduser() if configured else (
-        Path.home() / ".cache" / "hybrid" / "jobs")
-    if re.search(r"[\s,'\"\\$`%]", str(root)):
-        raise ConfigurationError(
-            "hybrid.batch.staging-directory", str(root),
-            "a path without spaces, commas, quotes, backslashes, $, backticks or % (batch "
-            "directives cannot quote them; Slurm reads %j in a log path as the job id)",
-            "Choose a plain directory, e.g. ~/.cache/hybrid/jobs.",
-        )
-    return root
-
-
-def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> Path:
-    """Write a file that only its owner can read: created with ``mode`` (never wider)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data.encode() if isinstance(data, str) else data)
-    finally:
-        os.close(fd)
-    return path
-
-
-class Staging:
-    """A pool's private staging directory (0700): job files and the TLS copies jobs read.
-
-    It records who made it (``hybrid-staging.json``: cluster, pool, system, scheduler), so
-    ``hybrid gc`` can remove it once its jobs are gone, even when no process closed it.
-    """
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    @classmethod
-    def create(cls, job: WorkerJob) -> Staging:
-        """A new directory ``<cluster>-<pool>-<random>`` under :func:`staging_root`."""
-        root = staging_root()
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = root / f"{job.cluster}-{job.pool}-{secrets.token_hex(4)}"
-        path.mkdir(mode=0o700)
-        staging = cls(path)
-        try:
-            write_private(path / STAGING_RECORD, json.dumps({
-                "cluster": job.cluster, "pool": job.pool, "system": job.spec.system,
-                "tag": tag_prefix(), "scheduler": job.connection.scheduler_address,
-                "created": time.time()}))
-            staging.stage_tls(job.connection.tls)
-        except BaseException:
-            staging.remove()
-            raise
-        return staging
-
-    @staticmethod
-    def would_be(job: WorkerJob) -> Path:
-        """The kind of path :meth:`create` makes, for showing scripts (nothing is made)."""
-        return staging_root() / f"{job.cluster}-{job.pool}-XXXXXXXX"
-
-    def stage_tls(self, tls: TLSFiles | None) -> None:
-        """Write the cluster's TLS material in, 0600."""
-        if tls is None:
-            return
-        for name, source in (("ca.pem", tls.ca), ("cert.pem", tls.cert), ("key.pem", tls.key)):
-            write_private(self.path / name, read_pem(source))
-
-    def remove(self) -> None:
-        """Delete the directory and everything in it."""
-        shutil.rmtree(self.path, ignore_errors=True)
-
-    @staticmethod
-    def record(path: Path) -> dict[str, Any] | None:
-        """What a staging directory says about itself (``None`` if unreadable)."""
-        try:
-            return json.loads((path / STAGING_RECORD).read_text())
-        except (OSError, ValueError):
-            return None
-
-
-def staging_directories(cluster: str | None = None) -> list[Path]:
-    """Staging directories under :func:`staging_root` (of one ``cluster``, if given)."""
-    root = staging_root()
-    if not root.is_dir():
-        return []
-    pattern = f"{cluster}-*-*" if cluster else "*"
-    return sorted(p for p in root.glob(pattern) if p.is_dir())
-
-
-def remove_staging_of(cluster: str) -> list[Path]:
-    """Delete every staging directory of ``cluster`` (after its jobs are gone)."""
-    removed = []
-    for path in staging_directories(cluster):
-        record = Staging.record(path)
-        if record is None or record.get("cluster") == cluster:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-# --------------------------------------------------------------------------- orphans
-def scheduler_reachable(address: str | None, timeout: float = 3.0) -> bool:
-    """True when something accepts TCP connections at the scheduler address (or when the
-    address is unknown: never remove what cannot be judged)."""
-    import socket
-
-    from distributed.comm.addressing import get_address_host_port
-
-    if not address:
-        return True
-    try:
-        host, port = get_address_host_port(address)
-    except (ValueError, TypeError):
-        return True
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def find_orphans(system: BatchSystem, timeout: float = 3.0) -> list[JobStatus]:
-    """Active jobs of ours whose scheduler no longer answers."""
-    verdict: dict[str | None, bool] = {}
-    orphans = []
-    for job in system.query():
-        if not job.state.active or job.state is JobState.removing:
-            continue
-        if job.scheduler not in verdict:
-            verdict[job.scheduler] = scheduler_reachable(job.scheduler, timeout)
-        if not verdict[job.scheduler]:
-            orphans.append(job)
-    return orphans
-
-
-def remove_orphaned_staging(system: BatchSystem, timeout: float = 3.0,
-                            dry_run: bool = False, removed: Iterable[str] = ()) -> list[Path]:
-    """Staging directories of ``system``'s clusters that no job needs any more: none of the
-    cluster's jobs is in the queue (jobs being removed, and the ``removed`` ids, e.g. the
-    orphans ``hybrid gc`` just removed, do not count while they stop) and its scheduler does
-    not answer. Removed unless ``dry_run``; returns them."""
-    found = []
-    live: set[str] | None = None
-    gone = set(removed)
-    tag = tag_prefix()
-    for path in staging_directories():
-        record = Staging.record(path)
-        if record is None or record.get("system") != system.name:
-            continue
-        if record.get("tag", DEFAULT_TAG) != tag:
-            continue  # another tag's (another user's): its jobs are not in this query
-        if live is None:
-            live = {j.cluster for j in system.query() if j.state.active and j.cluster
-                    and j.state is not JobState.removing and j.job_id not in gone}
-        if record.get("cluster") in live or scheduler_reachable(record.get("scheduler"),
-                                                                timeout):
-            continue
-        found.append(path)
-        if not dry_run:
-            shutil.rmtree(path, ignore_errors=True)
-    return found
-
-
-def remove_orphaned_clusters(system: BatchSystem, timeout: float = 3.0,
-                             dry_run: bool = False, removed: Iterable[str] = ()) -> list[str]:
-    """Clusters whose leftovers besides jobs (a Kubernetes cluster's Secret) no job needs
-    any more: none of the cluster's jobs is active (the ``removed`` ids do not count) and its
-    scheduler does not answer. Their leftovers are dropped unless ``dry_run``."""
-    kept = system.kept_clusters()
-    if not kept:
-        return []
-    gone = set(removed)
-    live = {j.cluster for j in system.query() if j.state.active and j.cluster
-            and j.state is not JobState.removing and j.job_id not in gone}
-    found = [name for name, scheduler in sorted(kept.items())
-             if name not in live and not scheduler_reachable(scheduler, timeout)]
-    if not dry_run:
-        for name in found:
-            system.cluster_closed(name)
-    return found
 
 
 # --------------------------------------------------------------------------- systems
@@ -420,6 +152,14 @@ class BatchSystem(abc.ABC):
         self.settings = validate(self.Settings, settings, prefix=f"{self.name}.")
 
     # ------------------------------------------------------------------ settings
+    @classmethod
+    def configured_settings(cls) -> dict[str, Any]:
+        """The system's own keys of its section ``hybrid.batch.<name>`` (not the pool
+        defaults that section may also hold)."""
+        section = config.section(f"batch.{cls.name}")
+        return {k: v for k, v in section.items()
+                if k in cls.Settings.model_fields and v is not None}
+
     @classmethod
     def settings_from(cls, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         """Validated settings as plain data (what a pool records to rebuild the system)."""
@@ -563,7 +303,7 @@ class BatchSystem(abc.ABC):
 
     def check(self, timeout: float = 20.0) -> CheckResult:
         """Whether this node can use the system (``hybrid doctor``): tools, then a query."""
-        from hybrid.admin.doctor import fail, ok
+        from hybrid.checks import fail, ok
 
         name = f"batch system ({self.name})"
         missing = [tool for tool in self.tools if shutil.which(tool) is None]

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from hybrid.batch import SYSTEMS, JobStatus, Staging, WorkerJob, get_system
-from hybrid.batch.base import find_orphans, remove_orphaned_clusters, remove_orphaned_staging
+from hybrid.batch.orphans import find_orphans, remove_orphaned_clusters, remove_orphaned_staging
 from hybrid.cli import Duration
 from hybrid.errors import HybridError
 from hybrid.pools import POOL_OPTIONS, PoolSpec

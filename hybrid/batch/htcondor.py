@@ -124,7 +124,7 @@ def _token_files(directories: list[str]) -> tuple[list[Path], list[Path]]:
 
 def check_htcondor(timeout: float = 20.0) -> Any:
     """``htcondor2`` imports, an IDTOKENS token is there when required, the schedd answers."""
-    from hybrid.admin.doctor import fail, ok, warn
+    from hybrid.checks import fail, ok, warn
 
     name = "batch system (htcondor)"
     config_file = os.environ.get("CONDOR_CONFIG")

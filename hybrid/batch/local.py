@@ -23,14 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hybrid.batch.base import (
-    BatchSystem,
-    JobState,
-    JobStatus,
-    WorkerJob,
-    staging_directories,
-    write_private,
-)
+from hybrid.batch.base import BatchSystem
+from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
+from hybrid.batch.staging import staging_directories, write_private
 
 _counter = itertools.count(1)
 RECORDS = "local-jobs"

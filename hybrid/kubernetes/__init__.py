@@ -5,13 +5,14 @@ contacted; building and showing the pod manifests needs nothing beyond hybrid it
 """
 
 from hybrid.kubernetes.api import KubernetesAPIError
-from hybrid.kubernetes.pods import KubernetesPods, KubernetesSettings, pod_state
+from hybrid.kubernetes.pods import KubernetesPods
 from hybrid.kubernetes.pvc import (
     AccessMode,
     PersistentVolumeClaimNotBound,
     create_persistent_volume_claim,
     delete_persistent_volume_claim,
 )
+from hybrid.kubernetes.settings import KubernetesSettings, pod_state
 from hybrid.kubernetes.volumes import (
     BaseKubernetesVolume,
     KubernetesEmptyDirVolume,

@@ -1,13 +1,16 @@
 """The pool manager: the batch side of a cluster, on the cluster's event loop.
 
-A :class:`PoolManager` holds a cluster's pools (:class:`ManagedPool`: a
-:class:`~hybrid.pools.PoolSpec`, its batch system and its tracked jobs) and does everything
-between the Dask scheduler and the batch systems: target scaling (only the missing jobs go
-out, in one transaction), graceful retirement, reconciling job states, refilling a pool that
-lost jobs, reporting stuck jobs with the batch system's reason, giving up on a pool whose
-jobs keep failing (its waiting tasks then fail with the reason), the demand probe, and
-closing with every job confirmed gone. :class:`hybrid.HybridCluster` and the gateway's
-cluster are facades over one; neither does any of this itself.
+A :class:`PoolManager` holds a cluster's pools (:class:`~hybrid.manager.pool.ManagedPool`:
+a :class:`~hybrid.pools.PoolSpec`, its batch system and its tracked jobs) and does
+everything between the Dask scheduler and the batch systems: target scaling (only the
+missing jobs go out, in one transaction), graceful retirement, reconciling job states,
+refilling a pool that lost jobs, reporting stuck jobs with the batch system's reason, giving
+up on a pool whose jobs keep failing (its waiting tasks then fail with the reason), the
+demand probe, waiting for workers (:mod:`hybrid.manager.waiting`) and closing with every job
+confirmed gone (:mod:`hybrid.manager.closing`). :class:`hybrid.HybridCluster` and the
+gateway's cluster are facades over one; neither does any of this itself. Adaptivity
+(:mod:`hybrid.adaptive`) sits above: it is given a manager and a pool, and the manager only
+knows a pool's ``adaptive`` object as something it can ``stop()``.
 
 Every coroutine runs on the cluster's event loop; the batch systems' blocking calls
 (subprocesses, HTCondor bindings, Kubernetes API) run in a small thread pool.
@@ -19,140 +22,36 @@ import asyncio
 import contextlib
 import functools
 import logging
-import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from dask.utils import parse_timedelta
 
 from hybrid import config
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob, get_system
-from hybrid.batch.base import remove_staging_of, worker_name_suffix
 from hybrid.errors import (
     BatchError,
-    CleanupFailed,
     ConfigurationError,
     HybridError,
     PoolFailed,
     ToolMissing,
-    WorkersDidNotArrive,
 )
+from hybrid.manager.closing import Closing
+from hybrid.manager.pool import ManagedPool, PoolStatus, short_ids
+from hybrid.manager.waiting import WaitingForWorkers
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU, gpu_fraction
 from hybrid.worker import Connection
 
 logger = logging.getLogger("hybrid")
 
-#: What common exit codes of a worker job mean, and what to do.
-EXIT_HINTS = {
-    "127": "a command was not found on the execute node: the worker's python, apptainer, "
-           "pixi or conda (check PATH there, or give python=...)",
-    "126": "a command was found but could not be run (permissions, or a binary for "
-           "another platform)",
-    "137": "killed by SIGKILL: often the memory limit (give the pool more memory)",
-    "9": "killed by SIGKILL: often the memory limit (give the pool more memory)",
-}
-
 #: Seconds the scheduler has to answer before a pool's lost jobs are replaced.
 SCHEDULER_ANSWERS_WITHIN = 5.0
 
 
-class ManagedPool:
-    """One pool of a cluster: its spec, its system, its tracked jobs, its target."""
-
-    def __init__(self, spec: PoolSpec, system: BatchSystem, job: WorkerJob):
-        self.spec = spec
-        self.system = system
-        self.job = job
-        #: Tracked jobs still in the queue (pending, running, held, being removed).
-        self.jobs: dict[str, JobStatus] = {}
-        #: The last jobs that ended, newest last (for reports).
-        self.ended: deque[JobStatus] = deque(maxlen=50)
-        self.target = 0
-        self.submit_calls = 0
-        self.remove_calls = 0
-        #: Failures in a row: refused submissions, jobs that ended before their worker came.
-        self.failures = 0
-        #: Why the pool gave up (``None`` while it has not).
-        self.failed: str | None = None
-        #: Jobs reported as stuck in the queue: job id -> the batch system's reason.
-        self.stuck: dict[str, str | None] = {}
-        self.adaptive: Any = None
-        self.staging: Staging | None = None
-        #: Another process may have submitted jobs for this pool (a connect): ask its system.
-        self.adopted = False
-        #: A submission failed in a way that may have reached the batch system.
-        self.attempted = False
-        #: The task that fails the pool's waiting tasks once it gave up.
-        self.giving_up: asyncio.Future | None = None
-        self._first_pending: dict[str, float] = {}
-        self._by_suffix: dict[str, str] = {}
-        self._connected: set[str] = set()
-        self._removed: set[str] = set()
-        self.lock = asyncio.Lock()
-        #: Held from counting the missing jobs until they are submitted (scale, refill): a
-        #: submission in flight is not tracked yet, so no other may count without it.
-        self.scaling = asyncio.Lock()
-
-    # ------------------------------------------------------------------ names
-    @property
-    def name(self) -> str:
-        """The pool's name."""
-        return self.spec.name
-
-    @property
-    def resource(self) -> str:
-        """``"GPU"`` or ``"notGPU"``."""
-        return self.spec.resource
-
-    @property
-    def used(self) -> bool:
-        """Whether this pool may have jobs: it submitted, tracks some, or adopted them."""
-        return bool(self.submit_calls or self.jobs or self.adopted or self.attempted)
-
-    def active(self) -> list[str]:
-        """Ids of the jobs that count toward the target: pending, running or held (as of
-        the last refresh; jobs being removed do not count)."""
-        return [j for j, s in self.jobs.items()
-                if s.state.active and s.state is not JobState.removing]
-
-    def job_id_of_worker(self, worker_name: str) -> str | None:
-        """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
-        prefix = self.job.name_prefix + "-"
-        if not worker_name.startswith(prefix):
-            return None
-        suffix = worker_name[len(prefix):]
-        if self.spec.processes > 1 and "-" in suffix:
-            suffix = suffix.rsplit("-", 1)[0]  # dask worker --nworkers k: NAME-0 .. NAME-k-1
-        return self._by_suffix.get(suffix)
-
-    def track(self, statuses: Iterable[JobStatus]) -> None:
-        """Start (or keep) tracking these jobs."""
-        for status in statuses:
-            self.jobs[status.job_id] = status
-            self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
-
-    def staging_path(self) -> Path:
-        """The staging directory (a would-be path before the first submission)."""
-        if self.staging is not None:
-            return self.staging.path
-        return Staging.would_be(self.job)
-
-    def job_script(self, count: int = 1) -> str:
-        """The job's files as they would be submitted, for reading (nothing is written)."""
-        return self.system.job_script(self.job, self.staging_path(), count)
-
-    def __repr__(self) -> str:
-        failed = f", failed: {self.failed}" if self.failed else ""
-        return (f"<Pool {self.name!r} on {self.system.name}: target {self.target}, "
-                f"{len(self.active())} active job(s){failed}>")
-
-
-class PoolManager:
+class PoolManager(WaitingForWorkers, Closing):
     """The pools of one cluster and everything between its scheduler and batch systems.
 
     ``scheduler`` is an ``rpc`` to the scheduler (``identity``, ``run_function``,
@@ -201,6 +100,11 @@ class PoolManager:
                                      if self.pools else "a pool added with add_pool first")
         return self.pools[name]
 
+    def status(self) -> dict[str, PoolStatus]:
+        """Each pool's :class:`~hybrid.manager.pool.PoolStatus`, as of its last refresh
+        (every ``hybrid.batch.poll-interval``; no batch system is asked here)."""
+        return {name: pool.status() for name, pool in self.pools.items()}
+
     def systems(self) -> list[BatchSystem]:
         """The batch system objects of the pools, each once."""
         seen: dict[int, BatchSystem] = {}
@@ -241,7 +145,7 @@ class PoolManager:
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address) for j in ids)
         logger.info("pool %s: submitted %d worker job(s): %s", pool.name, len(ids),
-                    _ids(ids))
+                    short_ids(ids))
         return ids
 
     async def _remove_untracked(self, pool: ManagedPool) -> None:
@@ -254,7 +158,7 @@ class PoolManager:
                       and s.state is not JobState.removing and s.job_id not in pool.jobs]
             if strays:
                 logger.warning("pool %s: removing %d job(s) of the failed submission: %s",
-                               pool.name, len(strays), _ids(strays))
+                               pool.name, len(strays), short_ids(strays))
                 pool._removed.update(strays)
                 await self.call(pool.system.remove, strays)
         except (BatchError, OSError) as error:
@@ -310,7 +214,7 @@ class PoolManager:
             if job_id in pool._removed or job_id in pool._connected:
                 continue
             if status.state in (JobState.failed, JobState.removed, JobState.finished):
-                self._failure(pool, self.describe_end(pool, status))
+                self._failure(pool, pool.describe_end(status))
 
     def _watch_pending(self, pool: ManagedPool, status: JobStatus, now: float,
                        limit: float) -> None:
@@ -329,23 +233,6 @@ class PoolManager:
                 "shows the queue.", pool.name, status.job_id, limit,
                 status.reason or "no reason given by the batch system yet", pool.system.name,
                 self.cluster)
-
-    def describe_end(self, pool: ManagedPool, status: JobStatus) -> str:
-        """One line on a job that ended before its worker came: reason, hint, log."""
-        words = f"job {status.job_id} {status.state.value}"
-        if status.reason:
-            words += f" ({status.reason})"
-        code = status.reason.rsplit(" ", 1)[-1].rstrip(")") if status.reason else ""
-        if code in EXIT_HINTS:
-            words += f": {EXIT_HINTS[code]}"
-        log = pool.system.log_path(pool.staging_path(), status.job_id)
-        if log is not None:
-            tail = _tail(log)
-            if tail:
-                words += f". Its log ({log}) ends with:\n    " + "\n    ".join(tail)
-            else:
-                words += f". Its log: {log}"
-        return words
 
     def _failure(self, pool: ManagedPool, why: str) -> None:
         pool.failures += 1
@@ -530,9 +417,9 @@ class PoolManager:
         if getattr(pool, "_tasks_failed", False):
             return
         pool._tasks_failed = True  # type: ignore[attr-defined]
-        others = set().union(*(_served(p) for p in self.pools.values()
+        others = set().union(*(p.served for p in self.pools.values()
                                if p is not pool and not p.failed))
-        orphaned = _served(pool) - others
+        orphaned = pool.served - others
         if not orphaned:
             return
         from hybrid import scheduler_probe
@@ -605,182 +492,3 @@ class PoolManager:
                     found[(target.system.name, status.job_id)] = status
         return list(found.values())
 
-    # ------------------------------------------------------------------ waiting
-    async def wait_for_workers(self, n: int, pool: str | None = None, timeout: Any = None,
-                               progress: bool | None = None) -> None:
-        """Wait until ``n`` workers of ``pool`` (or of all pools) are connected.
-
-        Raises :class:`~hybrid.errors.WorkersDidNotArrive` naming the batch system's reasons
-        when jobs are held or the pool gave up, or when ``timeout`` passes.
-        """
-        from tqdm import tqdm
-
-        pools = [self.pool(pool)] if pool is not None or len(self.pools) == 1 else list(
-            self.pools.values())
-        if not pools:
-            raise ConfigurationError("pool", pool, "a pool: add one first with "
-                                     "cluster.add_pool(name, system=...)")
-        label = pools[0].name if len(pools) == 1 else "all pools"
-        limit = None if timeout is None else parse_timedelta(timeout)
-        deadline = None if limit is None else time.monotonic() + limit
-        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
-        show = sys.stderr.isatty() if progress is None else progress
-        last_refresh = time.monotonic()
-        with tqdm(total=n, desc=f"workers ({label})", unit="worker", disable=not show,
-                  leave=False, mininterval=1.0) as bar:
-            while True:
-                live = await self.live_workers()
-                have = 0
-                for target in pools:
-                    have += sum(len(a) for a in (await self.pool_workers(target, live))
-                                .values())
-                if min(have, n) != bar.n:
-                    bar.update(min(have, n) - bar.n)
-                if have >= n:
-                    return
-                now = time.monotonic()
-                if now - last_refresh >= poll:
-                    last_refresh = now
-                    for target in pools:
-                        await self.refresh(target)
-                    self._check_progress(pools, n, have)
-                if deadline is not None and now > deadline:
-                    raise WorkersDidNotArrive(
-                        f"{have} of {n} workers of {label} connected after {limit:g} s. "
-                        + self.report(pools))
-                await asyncio.sleep(0.1)
-
-    def _check_progress(self, pools: list[ManagedPool], n: int, have: int) -> None:
-        failed = [p for p in pools if p.failed]
-        if failed:
-            raise PoolFailed("; ".join(f"pool {p.name} gave up: {p.failed}" for p in failed))
-        held = [s for p in pools for s in p.jobs.values() if s.state is JobState.held]
-        if held and config.get("batch.held-jobs", "report") != "replace":
-            raise WorkersDidNotArrive(
-                f"{len(held)} job(s) are held and will not start by themselves: "
-                + "; ".join(f"{s.job_id}: {s.reason}" for s in held)
-                + f". `hybrid cancel --system {pools[0].system.name} --cluster "
-                f"{self.cluster}` removes them.")
-        queued = sum(len(p.active()) * p.spec.processes for p in pools)
-        if have + queued < n and any(p.ended for p in pools) and all(
-                p.adaptive is None and p.target <= len(p.active()) for p in pools):
-            last = [s for p in pools for s in p.ended if s.state is JobState.failed][-3:]
-            raise WorkersDidNotArrive(
-                f"only {queued} job(s) are still queued or running for {n} workers ({have} "
-                "connected); " + ("failed: " + "; ".join(
-                    f"{s.job_id}: {s.reason}" for s in last) if last else "the others ended"))
-
-    def report(self, pools: Iterable[ManagedPool] | None = None) -> str:
-        """The jobs of the pools and their states, in one line per pool."""
-        lines = []
-        for pool in self.pools.values() if pools is None else pools:
-            states = [f"{s.job_id} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
-                      for s in pool.jobs.values()]
-            ended = [f"{s.job_id} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
-                     for s in list(pool.ended)[-3:]]
-            text = f"pool {pool.name}: " + ("; ".join(states) if states else
-                                            "no job in the queue")
-            if ended:
-                text += "; ended: " + "; ".join(ended)
-            if pool.failed:
-                text += f"; gave up: {pool.failed}"
-            if not pool.used:
-                text = f"pool {pool.name}: none submitted (call scale first)"
-            lines.append(text)
-        return "Jobs: " + " | ".join(lines)
-
-    # ------------------------------------------------------------------ closing
-    async def close(self, timeout: float = 60) -> None:
-        """Remove every job of every pool, confirm with the batch systems, drop staging.
-
-        A pool that never submitted does not ask its batch system anything. Problems are
-        collected; :class:`~hybrid.errors.CleanupFailed` names the leftover jobs and the
-        command that removes them.
-        """
-        await self.stop()
-        self._closed = True
-        problems: list[str] = []
-        used = [p for p in self.pools.values() if p.used]
-        try:
-            await asyncio.gather(*(self._close_pool(pool, timeout, problems)
-                                   for pool in used))
-            closed: set[int] = set()
-            for pool in used:
-                if id(pool.system) not in closed:
-                    closed.add(id(pool.system))
-                    try:
-                        await self.call(pool.system.cluster_closed, self.cluster)
-                    except Exception as error:
-                        problems.append(f"{pool.system.name}: {error}")
-        finally:
-            for pool in self.pools.values():
-                if pool.staging is not None:
-                    pool.staging.remove()
-                    pool.staging = None
-            if not problems:  # every job is gone: so are the files other processes staged
-                remove_staging_of(self.cluster)
-            self._executor.shutdown(wait=False)
-        if problems:
-            raise CleanupFailed("closing left work behind: " + "; ".join(problems))
-
-    async def _close_pool(self, pool: ManagedPool, timeout: float,
-                          problems: list[str]) -> None:
-        def ours(statuses: list[JobStatus]) -> list[JobStatus]:
-            return [s for s in statuses if s.state.active and s.pool == pool.name]
-
-        command = f"hybrid cancel --system {pool.system.name} --cluster {self.cluster}"
-        try:
-            listed = ours(await self.call(pool.system.query, cluster=self.cluster))
-            ids = sorted({*(s.job_id for s in listed if s.state is not JobState.removing),
-                          *pool.active()})
-            if ids:
-                await self.remove(pool, ids)
-            deadline = time.monotonic() + timeout
-            pause = 0.05
-            while True:
-                left = ours(await self.call(pool.system.query, cluster=self.cluster))
-                if not left:
-                    pool.jobs.clear()
-                    return
-                if time.monotonic() > deadline:
-                    problems.append(
-                        f"pool {pool.name}: {len(left)} job(s) still listed after removal: "
-                        + ", ".join(f"{s.job_id} ({s.state.value})" for s in left)
-                        + f"; `{command}` removes them")
-                    return
-                await asyncio.sleep(pause)
-                pause = min(0.5, pause * 1.5)
-        except (BatchError, OSError) as error:
-            tracked = pool.active()
-            where = (f"jobs {_ids(tracked)} may still run; `{command}` removes them"
-                     if tracked else f"`{command}` removes any job left")
-            problems.append(f"pool {pool.name}: {error} ({where})")
-
-    def shutdown_executor(self) -> None:
-        """Release the manager's threads (after :meth:`stop`, when the jobs stay)."""
-        self._executor.shutdown(wait=False)
-
-
-def _served(pool: ManagedPool) -> set[str | None]:
-    """The task kinds a pool's workers run: resource names, ``None`` for unannotated."""
-    served: set[str | None] = {GPU} if pool.spec.gpus else set()
-    if pool.spec.serves_cpu_tasks:
-        served |= {NOT_GPU, None}
-    return served
-
-
-def _tail(path: Path, lines: int = 8) -> list[str]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-lines:]
-
-
-def _ids(ids: list[str], shown: int = 8) -> str:
-    if len(ids) <= shown:
-        return " ".join(ids)
-    return " ".join(ids[:shown]) + f" ... ({len(ids)} in all)"

@@ -130,6 +130,27 @@ def test_local_pool_target_scaling_and_errors(staging) -> None:
     assert not any(staging.glob("*"))
 
 
+def test_pool_status_counts_jobs_by_state_with_target_and_workers(staging) -> None:
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        cluster.add_pool("idle", "local", nanny=False)
+        before = cluster.pool_status()
+        assert before["idle"].jobs == {"pending": 0, "running": 0, "held": 0, "removing": 0}
+        assert before["idle"].summary() == "pool idle (local): no job; target 0"
+        cluster.scale(2, pool="cpu")
+        cluster.wait_for_workers(2, pool="cpu", timeout=60, progress=False)
+        wait_for(lambda: cluster.pool_status()["cpu"].jobs["running"] == 2, 60,
+                 "both local jobs reported running")
+        status = cluster.pool_status()["cpu"]
+        assert (status.name, status.system, status.target, status.connected) == (
+            "cpu", "local", 2, 2)
+        assert status.summary().startswith("pool cpu (local): 2 running")
+        assert status.as_dict()["jobs"]["running"] == 2
+        adaptive = cluster.adapt(pool="idle", minimum=0, maximum=3)
+        wait_for(lambda: cluster.pool_status()["idle"].adaptive == (0, 3), 30, "bounds shown")
+        adaptive.stop()
+
+
 def test_wait_for_workers_names_the_reason_when_jobs_fail(staging) -> None:
     with HybridCluster() as cluster:
         cluster.add_pool("cpu", "local", python="/nonexistent/python")

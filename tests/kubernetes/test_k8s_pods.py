@@ -315,7 +315,7 @@ def test_gc_drops_the_secret_of_a_cluster_whose_client_died(kube, scheduler) -> 
     """A client killed after its pods left keeps no job, only its Secret (the TLS key):
     ``hybrid gc`` finds it by its scheduler, which no longer answers, and deletes it; a live
     cluster's Secret stays."""
-    from hybrid.batch.base import remove_orphaned_clusters
+    from hybrid.batch.orphans import remove_orphaned_clusters
     from hybrid.worker import Connection
 
     system = KubernetesPods(api_client=kube.api_client())

@@ -1,0 +1,118 @@
+"""A worker job as every batch system sees it: its state, its tag, its name.
+
+The words shared by every system, the pool manager and the tools above: a job's
+:class:`JobState`, one :class:`JobStatus` as a system reports it, and the
+:class:`WorkerJob` a pool renders and submits, tagged so that ``hybrid status`` and
+``hybrid gc`` find it again from any process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from hybrid import config
+from hybrid.errors import ConfigurationError
+from hybrid.worker import Connection
+
+if TYPE_CHECKING:
+    from hybrid.pools import PoolSpec
+
+
+class JobState(str, Enum):
+    """Where a job stands, in the same words for every batch system."""
+
+    pending = "pending"
+    running = "running"
+    held = "held"
+    #: Asked to go, still in the queue (its processes may still be stopping).
+    removing = "removing"
+    finished = "finished"
+    failed = "failed"
+    removed = "removed"
+
+    @property
+    def active(self) -> bool:
+        """Pending, running, held or being removed: the job still occupies the queue."""
+        return self in (JobState.pending, JobState.running, JobState.held, JobState.removing)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job as the batch system reports it."""
+
+    job_id: str
+    state: JobState
+    reason: str | None = None
+    cluster: str | None = None
+    pool: str | None = None
+    scheduler: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"job_id": self.job_id, "state": self.state.value, "reason": self.reason,
+                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler}
+
+
+#: The tag of ``hybrid.yaml`` (staging directories recorded before tags were recorded).
+DEFAULT_TAG = "HybridCluster"
+
+
+def tag_prefix() -> str:
+    """The tag that marks our jobs (``hybrid.batch.tag``): it names a job attribute."""
+    tag = config.get("batch.tag")
+    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", tag):
+        raise ConfigurationError("hybrid.batch.tag", tag,
+                                 "1-63 characters from A-Z a-z 0-9 _, not starting with a "
+                                 "digit (it names an HTCondor job attribute)")
+    return tag
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """One pool's worker job in one cluster: what a system renders and submits."""
+
+    cluster: str
+    spec: PoolSpec
+    connection: Connection
+
+    @property
+    def pool(self) -> str:
+        """The pool's name."""
+        return self.spec.name
+
+    @property
+    def tag(self) -> str:
+        """``hybrid.batch.tag``."""
+        return tag_prefix()
+
+    @property
+    def name_prefix(self) -> str:
+        """Workers are named ``<cluster>-<pool>-<batch job id>``."""
+        return f"{self.cluster}-{self.spec.name}"
+
+    @property
+    def job_name(self) -> str:
+        """The batch job name: the tag, the cluster and the pool."""
+        return f"{self.tag}-{self.cluster}-{self.spec.name}"
+
+    @property
+    def tag_value(self) -> str:
+        """``<tag>:<cluster>:<pool>:<scheduler address>``, read back by :func:`parse_tag`."""
+        return f"{self.tag}:{self.cluster}:{self.spec.name}:{self.connection.scheduler_address}"
+
+
+def parse_tag(value: str, tag: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """``<tag>:<cluster>:<pool>[:<scheduler address>]`` -> (cluster, pool, scheduler);
+    ``tag``: :func:`tag_prefix`, when the caller already has it."""
+    parts = value.split(":", 3)
+    if len(parts) >= 3 and parts[0] == (tag or tag_prefix()):
+        return parts[1], parts[2], parts[3] if len(parts) == 4 else None
+    return None, None, None
+
+
+def worker_name_suffix(job_id: str) -> str:
+    """The part of a worker name the job derives from its id (as the shell wrapper does)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", job_id)

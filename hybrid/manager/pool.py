@@ -1,0 +1,238 @@
+"""One pool of a cluster as the pool manager tracks it: its jobs, target and failures.
+
+A :class:`ManagedPool` holds a :class:`~hybrid.pools.PoolSpec`, its batch system, the jobs
+it tracks (as of the last refresh) and its target; :class:`PoolStatus` is what a user is
+shown of it. The :class:`~hybrid.manager.PoolManager` changes them; nothing here asks a
+batch system anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
+from hybrid.batch.jobs import worker_name_suffix
+from hybrid.pools import PoolSpec
+from hybrid.routing import GPU, NOT_GPU
+
+__all__ = ["EXIT_HINTS", "ManagedPool", "PoolStatus", "short_ids", "tail_of"]
+
+#: The job states a pool's status counts (the jobs still in the queue).
+_SHOWN = (JobState.pending, JobState.running, JobState.held, JobState.removing)
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """What a user is shown of one pool: its jobs by state, with the batch system's reasons.
+
+    ``jobs`` counts the pool's jobs in the queue by state (``pending``, ``running``,
+    ``held``, ``removing``); ``reasons`` gives, per state, each reason the batch system gave
+    and how many jobs it holds (``{"pending": {"Resources": 3}}``); ``connected`` is the
+    number of the pool's jobs whose worker has joined; ``adaptive`` the bounds while the
+    pool adapts.
+    """
+
+    name: str
+    system: str
+    resource: str
+    target: int
+    jobs: dict[str, int]
+    reasons: dict[str, dict[str, int]] = field(default_factory=dict)
+    connected: int = 0
+    adaptive: tuple[int, int] | None = None
+    failed: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"name": self.name, "system": self.system, "resource": self.resource,
+                "target": self.target, "jobs": dict(self.jobs),
+                "reasons": {k: dict(v) for k, v in self.reasons.items()},
+                "connected": self.connected,
+                "adaptive": list(self.adaptive) if self.adaptive else None,
+                "failed": self.failed}
+
+    def summary(self) -> str:
+        """One line: ``pool gpu (htcondor): 2 running, 3 pending (Resources: 3); target 5``."""
+        parts = []
+        for state, count in self.jobs.items():
+            if count:
+                why = self.reasons.get(state)
+                detail = (" (" + ", ".join(f"{r}: {n}" for r, n in why.items()) + ")"
+                          if why else "")
+                parts.append(f"{count} {state}{detail}")
+        text = f"pool {self.name} ({self.system}): " + (", ".join(parts) or "no job")
+        text += f"; target {self.target}"
+        if self.adaptive:
+            text += f" (adaptive {self.adaptive[0]}-{self.adaptive[1]})"
+        if self.failed:
+            text += f"; gave up: {self.failed}"
+        return text
+
+
+#: What common exit codes of a worker job mean, and what to do.
+EXIT_HINTS = {
+    "127": "a command was not found on the execute node: the worker's python, apptainer, "
+           "pixi or conda (check PATH there, or give python=...)",
+    "126": "a command was found but could not be run (permissions, or a binary for "
+           "another platform)",
+    "137": "killed by SIGKILL: often the memory limit (give the pool more memory)",
+    "9": "killed by SIGKILL: often the memory limit (give the pool more memory)",
+}
+
+class ManagedPool:
+    """One pool of a cluster: its spec, its system, its tracked jobs, its target."""
+
+    def __init__(self, spec: PoolSpec, system: BatchSystem, job: WorkerJob):
+        self.spec = spec
+        self.system = system
+        self.job = job
+        #: Tracked jobs still in the queue (pending, running, held, being removed).
+        self.jobs: dict[str, JobStatus] = {}
+        #: The last jobs that ended, newest last (for reports).
+        self.ended: deque[JobStatus] = deque(maxlen=50)
+        self.target = 0
+        self.submit_calls = 0
+        self.remove_calls = 0
+        #: Failures in a row: refused submissions, jobs that ended before their worker came.
+        self.failures = 0
+        #: Why the pool gave up (``None`` while it has not).
+        self.failed: str | None = None
+        #: Jobs reported as stuck in the queue: job id -> the batch system's reason.
+        self.stuck: dict[str, str | None] = {}
+        self.adaptive: Any = None
+        self.staging: Staging | None = None
+        #: Another process may have submitted jobs for this pool (a connect): ask its system.
+        self.adopted = False
+        #: A submission failed in a way that may have reached the batch system.
+        self.attempted = False
+        #: The task that fails the pool's waiting tasks once it gave up.
+        self.giving_up: asyncio.Future | None = None
+        self._first_pending: dict[str, float] = {}
+        self._by_suffix: dict[str, str] = {}
+        self._connected: set[str] = set()
+        self._removed: set[str] = set()
+        self.lock = asyncio.Lock()
+        #: Held from counting the missing jobs until they are submitted (scale, refill): a
+        #: submission in flight is not tracked yet, so no other may count without it.
+        self.scaling = asyncio.Lock()
+
+    # ------------------------------------------------------------------ names
+    @property
+    def name(self) -> str:
+        """The pool's name."""
+        return self.spec.name
+
+    @property
+    def resource(self) -> str:
+        """``"GPU"`` or ``"notGPU"``."""
+        return self.spec.resource
+
+    @property
+    def used(self) -> bool:
+        """Whether this pool may have jobs: it submitted, tracks some, or adopted them."""
+        return bool(self.submit_calls or self.jobs or self.adopted or self.attempted)
+
+    def active(self) -> list[str]:
+        """Ids of the jobs that count toward the target: pending, running or held (as of
+        the last refresh; jobs being removed do not count)."""
+        return [j for j, s in self.jobs.items()
+                if s.state.active and s.state is not JobState.removing]
+
+    def job_id_of_worker(self, worker_name: str) -> str | None:
+        """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
+        prefix = self.job.name_prefix + "-"
+        if not worker_name.startswith(prefix):
+            return None
+        suffix = worker_name[len(prefix):]
+        if self.spec.processes > 1 and "-" in suffix:
+            suffix = suffix.rsplit("-", 1)[0]  # dask worker --nworkers k: NAME-0 .. NAME-k-1
+        return self._by_suffix.get(suffix)
+
+    def track(self, statuses: Iterable[JobStatus]) -> None:
+        """Start (or keep) tracking these jobs."""
+        for status in statuses:
+            self.jobs[status.job_id] = status
+            self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
+
+    def staging_path(self) -> Path:
+        """The staging directory (a would-be path before the first submission)."""
+        if self.staging is not None:
+            return self.staging.path
+        return Staging.would_be(self.job)
+
+    def job_script(self, count: int = 1) -> str:
+        """The job's files as they would be submitted, for reading (nothing is written)."""
+        return self.system.job_script(self.job, self.staging_path(), count)
+
+    def describe_end(self, status: JobStatus) -> str:
+        """One line on a job that ended before its worker came: reason, hint, log."""
+        words = f"job {status.job_id} {status.state.value}"
+        if status.reason:
+            words += f" ({status.reason})"
+        code = status.reason.rsplit(" ", 1)[-1].rstrip(")") if status.reason else ""
+        if code in EXIT_HINTS:
+            words += f": {EXIT_HINTS[code]}"
+        log = self.system.log_path(self.staging_path(), status.job_id)
+        if log is not None:
+            tail = tail_of(log)
+            if tail:
+                words += f". Its log ({log}) ends with:\n    " + "\n    ".join(tail)
+            else:
+                words += f". Its log: {log}"
+        return words
+
+    @property
+    def served(self) -> set[str | None]:
+        """The task kinds the pool's workers run: resource names, ``None`` for unannotated
+        tasks."""
+        served: set[str | None] = {GPU} if self.spec.gpus else set()
+        if self.spec.serves_cpu_tasks:
+            served |= {NOT_GPU, None}
+        return served
+
+    def status(self) -> PoolStatus:
+        """Where the pool stands, as of its last refresh (no batch system is asked)."""
+        counts = {state.value: 0 for state in _SHOWN}
+        reasons: dict[str, dict[str, int]] = {}
+        for job in self.jobs.values():
+            if job.state in _SHOWN:
+                counts[job.state.value] += 1
+                if job.reason:
+                    by_reason = reasons.setdefault(job.state.value, {})
+                    by_reason[job.reason] = by_reason.get(job.reason, 0) + 1
+        adaptive = self.adaptive
+        return PoolStatus(
+            name=self.name, system=self.system.name, resource=self.resource,
+            target=self.target, jobs=counts, reasons=reasons,
+            connected=len(self._connected & set(self.jobs)),
+            adaptive=None if adaptive is None else (adaptive.minimum, adaptive.maximum),
+            failed=self.failed)
+
+    def __repr__(self) -> str:
+        failed = f", failed: {self.failed}" if self.failed else ""
+        return (f"<Pool {self.name!r} on {self.system.name}: target {self.target}, "
+                f"{len(self.active())} active job(s){failed}>")
+
+
+def tail_of(path: Path, lines: int = 8) -> list[str]:
+    """The last non-empty ``lines`` of a (log) file; none if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def short_ids(ids: list[str], shown: int = 8) -> str:
+    """Job ids for a log line: the first ``shown`` and how many in all."""
+    if len(ids) <= shown:
+        return " ".join(ids)
+    return " ".join(ids[:shown]) + f" ... ({len(ids)} in all)"

@@ -1,0 +1,116 @@
+"""Waiting for workers: progress, the batch system's reasons, and when to stop waiting.
+
+The part of :class:`~hybrid.manager.PoolManager` that a user's ``wait_for_workers`` (and
+``scale(..., wait=True)``) drives: it polls the scheduler for the pools' workers, refreshes
+the jobs every ``hybrid.batch.poll-interval``, and raises as soon as the jobs say the workers
+will not come (held jobs, a pool that gave up, too few jobs left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from dask.utils import parse_timedelta
+
+from hybrid import config
+from hybrid.batch import JobState
+from hybrid.errors import ConfigurationError, PoolFailed, WorkersDidNotArrive
+from hybrid.manager.pool import ManagedPool
+
+
+class WaitingForWorkers:
+    """``wait_for_workers`` and the one-line job report, for the pool manager.
+
+    Uses the manager's ``cluster``, ``pools``, ``pool()``, ``live_workers()``,
+    ``pool_workers()`` and ``refresh()``.
+    """
+
+    cluster: str
+    pools: dict[str, ManagedPool]
+
+    async def wait_for_workers(self, n: int, pool: str | None = None, timeout: Any = None,
+                               progress: bool | None = None) -> None:
+        """Wait until ``n`` workers of ``pool`` (or of all pools) are connected.
+
+        Raises :class:`~hybrid.errors.WorkersDidNotArrive` naming the batch system's reasons
+        when jobs are held or the pool gave up, or when ``timeout`` passes.
+        """
+        from tqdm import tqdm
+
+        pools = [self.pool(pool)] if pool is not None or len(self.pools) == 1 else list(
+            self.pools.values())
+        if not pools:
+            raise ConfigurationError("pool", pool, "a pool: add one first with "
+                                     "cluster.add_pool(name, system=...)")
+        label = pools[0].name if len(pools) == 1 else "all pools"
+        limit = None if timeout is None else parse_timedelta(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
+        show = sys.stderr.isatty() if progress is None else progress
+        last_refresh = time.monotonic()
+        with tqdm(total=n, desc=f"workers ({label})", unit="worker", disable=not show,
+                  leave=False, mininterval=1.0) as bar:
+            while True:
+                live = await self.live_workers()
+                have = 0
+                for target in pools:
+                    have += sum(len(a) for a in (await self.pool_workers(target, live))
+                                .values())
+                if min(have, n) != bar.n:
+                    bar.update(min(have, n) - bar.n)
+                if have >= n:
+                    return
+                now = time.monotonic()
+                if now - last_refresh >= poll:
+                    last_refresh = now
+                    for target in pools:
+                        await self.refresh(target)
+                    self._check_progress(pools, n, have)
+                if deadline is not None and now > deadline:
+                    raise WorkersDidNotArrive(
+                        f"{have} of {n} workers of {label} connected after {limit:g} s. "
+                        + self.report(pools))
+                await asyncio.sleep(0.1)
+
+    def _check_progress(self, pools: list[ManagedPool], n: int, have: int) -> None:
+        failed = [p for p in pools if p.failed]
+        if failed:
+            raise PoolFailed("; ".join(f"pool {p.name} gave up: {p.failed}" for p in failed))
+        held = [s for p in pools for s in p.jobs.values() if s.state is JobState.held]
+        if held and config.get("batch.held-jobs", "report") != "replace":
+            raise WorkersDidNotArrive(
+                f"{len(held)} job(s) are held and will not start by themselves: "
+                + "; ".join(f"{s.job_id}: {s.reason}" for s in held)
+                + f". `hybrid cancel --system {pools[0].system.name} --cluster "
+                f"{self.cluster}` removes them.")
+        queued = sum(len(p.active()) * p.spec.processes for p in pools)
+        if have + queued < n and any(p.ended for p in pools) and all(
+                p.adaptive is None and p.target <= len(p.active()) for p in pools):
+            last = [s for p in pools for s in p.ended if s.state is JobState.failed][-3:]
+            raise WorkersDidNotArrive(
+                f"only {queued} job(s) are still queued or running for {n} workers ({have} "
+                "connected); " + ("failed: " + "; ".join(
+                    f"{s.job_id}: {s.reason}" for s in last) if last else "the others ended"))
+
+    def report(self, pools: Iterable[ManagedPool] | None = None) -> str:
+        """The jobs of the pools and their states, in one line per pool."""
+        lines = []
+        for pool in self.pools.values() if pools is None else pools:
+            states = [f"{s.job_id} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
+                      for s in pool.jobs.values()]
+            ended = [f"{s.job_id} {s.state.value}" + (f" ({s.reason})" if s.reason else "")
+                     for s in list(pool.ended)[-3:]]
+            text = f"pool {pool.name}: " + ("; ".join(states) if states else
+                                            "no job in the queue")
+            if ended:
+                text += "; ended: " + "; ".join(ended)
+            if pool.failed:
+                text += f"; gave up: {pool.failed}"
+            if not pool.used:
+                text = f"pool {pool.name}: none submitted (call scale first)"
+            lines.append(text)
+        return "Jobs: " + " | ".join(lines)

@@ -1,0 +1,50 @@
+"""The registry of batch systems: each name users give, and where its class lives.
+
+The ground floor of the package: configuration and the pool model learn the names here
+and look a system's class up by name (imported on first use: most systems' bindings are
+optional), so neither imports a system module. A system's own module defines it; adding a
+batch system is one module in :mod:`hybrid.batch` and one line here (or a call to
+:func:`register` from a plugin).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hybrid.errors import ConfigurationError
+
+__all__ = ["SYSTEMS", "register", "system_choices", "system_class"]
+
+#: Batch system name -> ``"module:Class"``.
+SYSTEMS: dict[str, str] = {
+    "htcondor": "hybrid.batch.htcondor:HTCondor",
+    "slurm": "hybrid.batch.slurm:Slurm",
+    "pbs": "hybrid.batch.pbs:PBS",
+    "lsf": "hybrid.batch.lsf:LSF",
+    "local": "hybrid.batch.local:LocalProcesses",
+    "kubernetes": "hybrid.kubernetes.pods:KubernetesPods",
+}
+
+
+def register(name: str, where: str) -> None:
+    """Make the system class at ``where`` (``"module:Class"``) available as ``name``."""
+    module, _, cls = where.partition(":")
+    if not (name.isidentifier() and name == name.lower() and module and cls):
+        raise ConfigurationError("systems.register", (name, where),
+                                 'a lower-case name and "package.module:Class"')
+    SYSTEMS[name] = where
+
+
+def system_choices() -> str:
+    """``one of htcondor, kubernetes, ...`` for error messages."""
+    return f"one of {', '.join(sorted(SYSTEMS))}"
+
+
+def system_class(name: Any, field: str = "system") -> type:
+    """The :class:`~hybrid.batch.BatchSystem` subclass called ``name`` (any case)."""
+    key = name.lower() if isinstance(name, str) else None
+    if key not in SYSTEMS:
+        raise ConfigurationError(field, name, system_choices())
+    module, cls = SYSTEMS[key].split(":")
+    return getattr(importlib.import_module(module), cls)
