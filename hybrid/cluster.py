@@ -22,6 +22,7 @@ from distributed.security import Security
 from hybrid import config
 from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
+from hybrid.dashboard import publish_pools
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
 from hybrid.fields import Address, Interval, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
@@ -158,6 +159,7 @@ class HybridCluster(Cluster):
         await super()._start()
         self.manager = PoolManager(self.name, self._connection(), self.scheduler_comm,
                                    fraction=self.gpu_fraction)
+        publish_pools(self.manager)  # the dashboard's Pools page
         self.manager.start()
 
     def _connection(self) -> Connection:

@@ -333,6 +333,7 @@ class HTCGatewayCluster(GatewayCluster):
         self._pools = manager
 
     def _make_manager(self, settings: Mapping[str, Any]) -> Any:
+        from hybrid.dashboard import publish_pools
         from hybrid.manager import PoolManager
         from hybrid.worker import Connection, TLSFiles
 
@@ -340,8 +341,10 @@ class HTCGatewayCluster(GatewayCluster):
         tls = TLSFiles(security.tls_cert, security.tls_cert, security.tls_key)
         connection = Connection(settings["worker_scheduler_address"], tls,
                                 scheduler_sni(self.name))
-        return PoolManager(self.name, connection, self.scheduler_comm,
-                           fraction=settings.get("gpu_fraction"))
+        manager = PoolManager(self.name, connection, self.scheduler_comm,
+                              fraction=settings.get("gpu_fraction"))
+        publish_pools(manager)  # the dashboard's Pools page, through the gateway's proxy
+        return manager
 
     # ---------------------------------------------------------------- the batch side
     def _manager(self) -> Any:

@@ -171,7 +171,7 @@ class WaitProgress:
 
     # ------------------------------------------------------------------ plain lines
     def _print_changes(self, have: int, lines: Mapping[str, str]) -> None:
-        if have != self.have:
+        if have != self.have and have < self.n:  # the last count: close() says it
             self._write_line(self.headline().replace(
                 f"{max(self.have, 0)}/{self.n}", f"{have}/{self.n}", 1))
         for name, line in lines.items():
