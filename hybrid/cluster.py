@@ -27,6 +27,7 @@ from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_
 from hybrid.fields import Address, Interval, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.pools import PoolSpec, numpydoc_parameters
+from hybrid.widgets import ClusterViews
 from hybrid.worker import Connection, TLSFiles
 
 logger = logging.getLogger("hybrid")
@@ -34,7 +35,7 @@ logger = logging.getLogger("hybrid")
 _open_clusters: weakref.WeakSet[HybridCluster] = weakref.WeakSet()
 
 
-class HybridCluster(Cluster):
+class HybridCluster(ClusterViews, Cluster):
     """A Dask cluster whose workers come from several pools at once.
 
     Parameters

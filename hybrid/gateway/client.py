@@ -52,6 +52,7 @@ from hybrid.gateway.options import (
     scheduler_sni,
     worker_address,
 )
+from hybrid.widgets import ClusterViews
 
 logger = logging.getLogger("hybrid")
 
@@ -178,7 +179,7 @@ class HTCGateway(Gateway):
         return f"HTCGateway<{self.address}>"
 
 
-class HTCGatewayCluster(GatewayCluster):
+class HTCGatewayCluster(ClusterViews, GatewayCluster):
     """``dask_gateway.GatewayCluster`` with batch pools (none: exactly the stock cluster)."""
 
     _hybrid_options: dict[str, Any] = {}
