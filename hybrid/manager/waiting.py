@@ -122,3 +122,12 @@ class WaitingForWorkers:
                 text = f"pool {pool.name}: none submitted (call scale first)"
             lines.append(text)
         return "Jobs: " + " | ".join(lines)
+
+
+async def scale_and_wait(manager: Any, pool: ManagedPool, n: int, wait: bool = False,
+                         timeout: Any = None, progress: bool | str | None = None) -> None:
+    """``manager.scale(pool, n)``, then (``wait``) wait for the workers of its ``n`` jobs."""
+    await manager.scale(pool, n)
+    if wait and n:
+        await manager.wait_for_workers(n * pool.spec.processes, pool=pool.name,
+                                       timeout=timeout, progress=progress)
