@@ -105,7 +105,7 @@ class ClusterWidget:
             self.rows.children = [c.box for c in self.controls.values()]
 
     def start(self) -> None:
-        """Redraw every :data:`REDRAW_EVERY_MS` on the cluster's loop until it closes."""
+        """Redraw every ``REDRAW_EVERY_MS`` milliseconds on the cluster's loop until it closes."""
         from tornado.ioloop import PeriodicCallback
 
         def tick() -> None:
