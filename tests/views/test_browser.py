@@ -142,18 +142,18 @@ def test_the_pools_page_of_a_live_cluster_on_htcondor(htcondor_pool, staging, tm
         cpu_jobs = sorted(cluster.pools["cpu"].jobs)
         [queued_job] = cluster.pools["queued"].jobs
         wait_for(lambda: (p := _published(cluster).get("pools")) and p["cpu"]["workers"] == 2
-                 and p["queued"]["jobs"]["pending"] == 1, 60, "the pools published")
+                 and p["queued"]["jobs"]["pending"] == 1, 120, "the pools published")
         with chromium(tmp_path / "profile", height=1100) as browser:
             page = browser.new_page()
             page.goto(_pools_page(cluster))
             message = page.locator(".hybrid-pools-message")
-            message.get_by_text("cluster pools-page: 2 pool(s)").wait_for(timeout=30_000)
+            message.get_by_text("cluster pools-page: 2 pool(s)").wait_for(timeout=90_000)
             assert page.get_by_text("pool cpu (htcondor, notGPU; target 2)").is_visible()
             assert page.get_by_text("pool queued (htcondor, notGPU; target 1)").is_visible()
             assert page.get_by_text("pool queued (htcondor): 1 pending; target 1; "
                                     "0 worker(s) connected").is_visible()
             for job_id in [*cpu_jobs, queued_job]:  # the batch ids, in the tables
-                page.get_by_text(job_id, exact=True).wait_for(timeout=10_000)
+                page.get_by_text(job_id, exact=True).wait_for(timeout=60_000)
             cpu_table = page.locator(".bk-DataTable").nth(0)
             assert cpu_table.get_by_text("running").count() == 2
             assert cpu_table.get_by_text("127.0.0.1").count() == 2  # the workers' host
@@ -181,13 +181,13 @@ def test_a_failing_batch_query_shows_on_the_pools_page(slurm_cluster, staging, t
         with monkeypatch.context() as patch:
             patch.setenv("SLURM_CONF", str(broken))
             wait_for(lambda: (_published(cluster).get("pools") or {}).get("cpu", {}).get(
-                "error"), 60, "the failed query published")
+                "error"), 120, "the failed query published")
             with chromium(tmp_path / "profile", height=700) as browser:
                 page = browser.new_page()
                 page.goto(_pools_page(cluster))
                 failure = page.locator(".hybrid-pools-message").get_by_text(
                     "pool cpu: the last query of slurm failed")
-                failure.wait_for(timeout=30_000)
+                failure.wait_for(timeout=90_000)
                 assert "Unable to process configuration file" in failure.inner_text()
                 # what was known before stays on the page
                 assert page.get_by_text("pool cpu (slurm, notGPU; target 1)").is_visible()

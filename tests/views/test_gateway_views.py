@@ -44,9 +44,9 @@ def test_the_widget_and_the_pools_page_of_a_gateway_cluster(dev_gateway, staging
             page = browser.new_page()
             page.goto(pools_page)
             page.locator(".hybrid-pools-message").get_by_text(
-                f"cluster {cluster.name}: 1 pool(s)").wait_for(timeout=30_000)
+                f"cluster {cluster.name}: 1 pool(s)").wait_for(timeout=90_000)
             assert page.get_by_text("pool local (local, notGPU; target 1)").is_visible()
-            page.get_by_text(job_id, exact=True).wait_for(timeout=10_000)
+            page.get_by_text(job_id, exact=True).wait_for(timeout=60_000)
             assert page.locator("canvas").count() >= 1
             screenshot(page, "dashboard-pools-gateway")
             repr_file = tmp_path / "repr.html"
