@@ -32,6 +32,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+log "headless Chromium for the browser tests (Debian's chromium package)"
+bash ci/chromium.sh
+
 log "bringing up Slurm"
 bash ci/slurm/up.sh
 log "bringing up HTCondor"

@@ -22,10 +22,13 @@ from distributed.security import Security
 from hybrid import config
 from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
+from hybrid.dashboard import publish_pools
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
 from hybrid.fields import Address, Interval, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
+from hybrid.manager.waiting import scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
+from hybrid.widgets import ClusterViews
 from hybrid.worker import Connection, TLSFiles
 
 logger = logging.getLogger("hybrid")
@@ -33,7 +36,7 @@ logger = logging.getLogger("hybrid")
 _open_clusters: weakref.WeakSet[HybridCluster] = weakref.WeakSet()
 
 
-class HybridCluster(Cluster):
+class HybridCluster(ClusterViews, Cluster):
     """A Dask cluster whose workers come from several pools at once.
 
     Parameters
@@ -158,6 +161,7 @@ class HybridCluster(Cluster):
         await super()._start()
         self.manager = PoolManager(self.name, self._connection(), self.scheduler_comm,
                                    fraction=self.gpu_fraction)
+        publish_pools(self.manager)  # the dashboard's Pools page
         self.manager.start()
 
     def _connection(self) -> Connection:
@@ -296,20 +300,27 @@ class HybridCluster(Cluster):
         return self.pool(pool).job_script(count)
 
     # ------------------------------------------------------------------ scaling
-    def scale(self, n: int | None = None, pool: str | None = None, **kwargs: Any) -> Any:
+    def scale(self, n: int | None = None, pool: str | None = None, *, wait: bool = False,
+              timeout: Any = None, **kwargs: Any) -> Any:
         """Set ``pool``'s target to ``n`` workers (jobs): submit the missing, retire the
         surplus. Pending jobs count toward the target, so repeating a call never
-        over-submits; a pool that loses jobs is refilled to its target."""
+        over-submits; a pool that loses jobs is refilled to its target.
+
+        ``wait=True`` then waits for the jobs' workers (at most ``timeout``), showing
+        progress per pool as :meth:`wait_for_workers` does."""
         if n is None:
             n = kwargs.pop("jobs", None)
         if kwargs:
-            raise ConfigurationError("scale", sorted(kwargs), "scale(n, pool=None)")
+            raise ConfigurationError("scale", sorted(kwargs),
+                                     "scale(n, pool=None, wait=False, timeout=None)")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigurationError("scale.n", n, "a whole number of workers >= 0")
+        if timeout is not None:
+            timeout = validate_value(Interval, timeout, "scale.timeout")
         target = self.pool(pool)
         if target.adaptive is not None:
             target.adaptive.stop()
-        return self.sync(self._manager().scale, target, n)
+        return self.sync(scale_and_wait, self._manager(), target, n, wait, timeout)
 
     def adapt(self, pool: str | None = None, minimum: int = 0, maximum: int = 10,
               interval: Any = "2s", wait_count: int = 3, **kwargs: Any) -> Any:

@@ -35,12 +35,12 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the pool manager", ("hybrid.manager", "hybrid.manager.*")),
     ("adaptivity", ("hybrid.adaptive",)),
     ("clients", ("hybrid.annotator",)),
+    ("views", ("hybrid.widgets", "hybrid.widgets.*", "hybrid.dashboard", "hybrid.dashboard.*")),
     ("clusters", ("hybrid.cluster", "hybrid.gateway", "hybrid.gateway.*")),
     ("facades and tools", ("hybrid.backends", "hybrid.backends.*", "hybrid.demo",
                            "hybrid.gateway_server", "hybrid.gateway_server.*",
                            "hybrid.admin", "hybrid.admin.*", "hybrid.cli",
-                           "hybrid.batch.cli", "hybrid.widgets", "hybrid.widgets.*",
-                           "hybrid.dashboard", "hybrid.dashboard.*")),
+                           "hybrid.batch.cli")),
 )
 
 

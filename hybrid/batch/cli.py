@@ -183,13 +183,23 @@ Examples:
 """)
 @_job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
+@click.option("--wait", is_flag=True,
+              help="Then wait until every job's workers joined the scheduler, showing "
+                   "progress (jobs by state, with the batch system's reasons) on stderr; "
+                   "Ctrl-C, a held or failed job, or --timeout removes the jobs this "
+                   "command submitted.")
+@click.option("--timeout", default=None, type=Duration(),
+              help='With --wait: how long to wait at most, seconds or e.g. "10m".')
 @fail_clearly
-def submit(count: int, as_json: bool, **options: Any) -> None:
+def submit(count: int, as_json: bool, wait: bool, timeout: float | None,
+           **options: Any) -> None:
     """Submit COUNT workers in one transaction and print their job ids.
 
     The jobs carry the cluster's tag, a lease and the worker's --death-timeout, so
     `hybrid gc` removes them (and their staging directory) once their scheduler is gone.
     """
+    if timeout is not None and not wait:
+        raise click.BadParameter("only with --wait", param_hint="--timeout")
     job = _build(for_submit=True, **options)
     system = get_system(job.spec.system, **job.spec.system_options)
     staging = Staging.create(job)
@@ -204,6 +214,60 @@ def submit(count: int, as_json: bool, **options: Any) -> None:
                                "staging": str(staging.path)}))
     else:
         click.echo(f"submitted {len(ids)} worker job(s) to {job.spec.system}: {' '.join(ids)}")
+    if wait:
+        wait_or_remove(job, system, staging, ids, timeout)
+
+
+def wait_or_remove(job: WorkerJob, system: Any, staging: Staging, ids: list[str],
+                   timeout: float | None) -> None:
+    """``submit --wait``: wait for the jobs' workers with the pool manager's progress; on
+    Ctrl-C or a failed wait, remove exactly these jobs (and their staged files)."""
+    import asyncio
+
+    try:
+        asyncio.run(_wait_for_jobs(job, system, staging, ids, timeout))
+    except BaseException as error:
+        try:
+            system.remove(ids)
+            staging.remove()
+        except Exception as cleanup:
+            click.echo(f"removing the jobs failed too ({cleanup}): `hybrid cancel --system "
+                       f"{job.spec.system} {' '.join(ids)}` removes them", err=True)
+        else:
+            click.echo(f"removed the {len(ids)} job(s) this command submitted", err=True)
+        if isinstance(error, KeyboardInterrupt):
+            raise click.Abort() from None
+        raise
+
+
+async def _wait_for_jobs(job: WorkerJob, system: Any, staging: Staging, ids: list[str],
+                         timeout: float | None) -> None:
+    from distributed.core import rpc
+    from distributed.security import Security
+
+    from hybrid.batch import JobState
+    from hybrid.manager import PoolManager
+
+    connection = job.connection
+    security = Security()
+    if connection.tls is not None:
+        security = Security(tls_ca_file=connection.tls.ca, tls_client_cert=connection.tls.cert,
+                            tls_client_key=connection.tls.key, require_encryption=True)
+    args = security.get_connection_args("client")
+    if connection.sni:
+        args["server_hostname"] = connection.sni
+    scheduler = rpc(connection.scheduler_address, connection_args=args)
+    manager = PoolManager(job.cluster, connection, scheduler)
+    try:
+        pool = manager.add(job.spec, system)
+        pool.staging, pool.target, pool.submit_calls = staging, len(ids), 1
+        pool.track(JobStatus(j, JobState.pending, None, job.cluster, job.pool,
+                             connection.scheduler_address) for j in ids)
+        await manager.wait_for_workers(len(ids) * job.spec.processes, pool=job.pool,
+                                       timeout=timeout)
+    finally:
+        await scheduler.close_rpc()
+        manager.shutdown_executor()
 
 
 def _print_jobs(jobs: list[JobStatus], as_json: bool) -> None:

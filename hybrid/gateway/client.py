@@ -52,6 +52,7 @@ from hybrid.gateway.options import (
     scheduler_sni,
     worker_address,
 )
+from hybrid.widgets import ClusterViews
 
 logger = logging.getLogger("hybrid")
 
@@ -178,7 +179,7 @@ class HTCGateway(Gateway):
         return f"HTCGateway<{self.address}>"
 
 
-class HTCGatewayCluster(GatewayCluster):
+class HTCGatewayCluster(ClusterViews, GatewayCluster):
     """``dask_gateway.GatewayCluster`` with batch pools (none: exactly the stock cluster)."""
 
     _hybrid_options: dict[str, Any] = {}
@@ -333,6 +334,7 @@ class HTCGatewayCluster(GatewayCluster):
         self._pools = manager
 
     def _make_manager(self, settings: Mapping[str, Any]) -> Any:
+        from hybrid.dashboard import publish_pools
         from hybrid.manager import PoolManager
         from hybrid.worker import Connection, TLSFiles
 
@@ -340,8 +342,10 @@ class HTCGatewayCluster(GatewayCluster):
         tls = TLSFiles(security.tls_cert, security.tls_cert, security.tls_key)
         connection = Connection(settings["worker_scheduler_address"], tls,
                                 scheduler_sni(self.name))
-        return PoolManager(self.name, connection, self.scheduler_comm,
-                           fraction=settings.get("gpu_fraction"))
+        manager = PoolManager(self.name, connection, self.scheduler_comm,
+                              fraction=settings.get("gpu_fraction"))
+        publish_pools(manager)  # the dashboard's Pools page, through the gateway's proxy
+        return manager
 
     # ---------------------------------------------------------------- the batch side
     def _manager(self) -> Any:
@@ -399,22 +403,30 @@ class HTCGatewayCluster(GatewayCluster):
     def scale(self, n: int, pool: str | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
         """Scale to ``n`` workers: a batch pool's jobs when the cluster has batch pools
         (``pool`` names one; only the missing jobs go out, the surplus retires gracefully),
-        else the gateway's own workers (exactly ``GatewayCluster.scale``)."""
-        if self._pools is None and pool is None:
+        else the gateway's own workers (exactly ``GatewayCluster.scale``). ``wait=True``
+        (batch pools) then waits for their workers, at most ``timeout``, with progress."""
+        if self._pools is None and pool is None and not {"wait", "timeout"} & set(kwargs):
             return super().scale(n, **kwargs)
+        wait, timeout = kwargs.pop("wait", False), kwargs.pop("timeout", None)
         if kwargs:
-            raise ConfigurationError("scale", sorted(kwargs), "scale(n, pool=None)")
+            raise ConfigurationError("scale", sorted(kwargs),
+                                     "scale(n, pool=None, wait=False, timeout=None)")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigurationError("scale.n", n, "a whole number of workers >= 0")
-        return self.gateway.sync(self._scale, n, pool)
+        return self.gateway.sync(self._scale, n, pool, wait, timeout)
 
-    async def _scale(self, n: int, pool: str | None) -> None:
+    async def _scale(self, n: int, pool: str | None, wait: bool = False,
+                     timeout: Any = None) -> None:
+        from hybrid.manager.waiting import scale_and_wait
+
         manager = self._manager()
         target = manager.pool(pool)
         if target.adaptive is not None:
             target.adaptive.stop()
-        await manager.scale(target, n)
-        await self._note_submitted(target)
+        try:
+            await scale_and_wait(manager, target, n, wait, timeout)
+        finally:
+            await self._note_submitted(target)
 
     async def _note_submitted(self, target: Any) -> None:
         if target.submit_calls and target.name not in self._submitted:

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -72,6 +72,9 @@ class PoolManager(WaitingForWorkers, Closing):
                                             thread_name_prefix=f"hybrid-{cluster}")
         self._reconciler: asyncio.Task | None = None
         self._closed = False
+        #: Coroutine functions called after each reconcile round (e.g. the dashboard's
+        #: publisher); their errors are logged, never raised.
+        self.observers: list[Callable[[], Awaitable[None]]] = []
 
     # ------------------------------------------------------------------ pools
     def add(self, spec: PoolSpec, system: BatchSystem | None = None) -> ManagedPool:
@@ -182,7 +185,12 @@ class PoolManager(WaitingForWorkers, Closing):
     async def refresh(self, pool: ManagedPool) -> None:
         """Reconcile the tracked jobs with the batch system; ended jobs leave tracking."""
         async with pool.lock:
-            await self._refresh(pool)
+            try:
+                await self._refresh(pool)
+            except Exception as error:
+                pool.query_error = f"{type(error).__name__}: {error}"
+                raise
+            pool.query_error = None
 
     async def _refresh(self, pool: ManagedPool) -> None:
         tracked = list(pool.jobs)
@@ -443,6 +451,14 @@ class PoolManager(WaitingForWorkers, Closing):
                 except Exception as error:  # the next period tries again
                     logger.warning("pool %s: reconciling with %s failed: %s", pool.name,
                                    pool.system.name, error)
+            for observer in list(self.observers):
+                try:
+                    await observer()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:  # an observer never stops the reconciling
+                    logger.debug("observer %r of cluster %s failed: %s", observer,
+                                 self.cluster, error)
 
     def start(self) -> None:
         """Start reconciling every ``hybrid.batch.poll-interval`` (call on the loop)."""

@@ -102,6 +102,8 @@ class ManagedPool:
         self.failures = 0
         #: Why the pool gave up (``None`` while it has not).
         self.failed: str | None = None
+        #: Why the last query of the batch system failed (``None``: it answered).
+        self.query_error: str | None = None
         #: Jobs reported as stuck in the queue: job id -> the batch system's reason.
         self.stuck: dict[str, str | None] = {}
         self.adaptive: Any = None

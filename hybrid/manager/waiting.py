@@ -20,6 +20,7 @@ from hybrid import config
 from hybrid.batch import JobState
 from hybrid.errors import ConfigurationError, PoolFailed, WorkersDidNotArrive
 from hybrid.manager.pool import ManagedPool
+from hybrid.manager.progress import WaitProgress, progress_mode
 
 
 class WaitingForWorkers:
@@ -33,14 +34,14 @@ class WaitingForWorkers:
     pools: dict[str, ManagedPool]
 
     async def wait_for_workers(self, n: int, pool: str | None = None, timeout: Any = None,
-                               progress: bool | None = None) -> None:
+                               progress: bool | str | None = None) -> None:
         """Wait until ``n`` workers of ``pool`` (or of all pools) are connected.
 
         Raises :class:`~hybrid.errors.WorkersDidNotArrive` naming the batch system's reasons
-        when jobs are held or the pool gave up, or when ``timeout`` passes.
+        when jobs are held or the pool gave up, or when ``timeout`` passes. ``progress``:
+        see :func:`~hybrid.manager.progress.progress_mode` (``None`` picks a display,
+        ``False`` shows none).
         """
-        from tqdm import tqdm
-
         pools = [self.pool(pool)] if pool is not None or len(self.pools) == 1 else list(
             self.pools.values())
         if not pools:
@@ -50,19 +51,20 @@ class WaitingForWorkers:
         limit = None if timeout is None else parse_timedelta(timeout)
         deadline = None if limit is None else time.monotonic() + limit
         poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
-        show = sys.stderr.isatty() if progress is None else progress
+        mode = progress_mode(progress, sys.stderr)
+        display = None if mode is None else WaitProgress(n, label, mode, sys.stderr)
         last_refresh = time.monotonic()
-        with tqdm(total=n, desc=f"workers ({label})", unit="worker", disable=not show,
-                  leave=False, mininterval=1.0) as bar:
+        outcome = "stopped"
+        try:
             while True:
                 live = await self.live_workers()
-                have = 0
-                for target in pools:
-                    have += sum(len(a) for a in (await self.pool_workers(target, live))
-                                .values())
-                if min(have, n) != bar.n:
-                    bar.update(min(have, n) - bar.n)
+                workers = {target.name: sum(len(a) for a in (
+                    await self.pool_workers(target, live)).values()) for target in pools}
+                have = sum(workers.values())
+                if display is not None:  # every change is drawn at once
+                    display.update(have, {p.name: p.status() for p in pools}, workers)
                 if have >= n:
+                    outcome = "done"
                     return
                 now = time.monotonic()
                 if now - last_refresh >= poll:
@@ -75,6 +77,12 @@ class WaitingForWorkers:
                         f"{have} of {n} workers of {label} connected after {limit:g} s. "
                         + self.report(pools))
                 await asyncio.sleep(0.1)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            outcome = "interrupted"
+            raise
+        finally:
+            if display is not None:
+                display.close(outcome)
 
     def _check_progress(self, pools: list[ManagedPool], n: int, have: int) -> None:
         failed = [p for p in pools if p.failed]
@@ -114,3 +122,12 @@ class WaitingForWorkers:
                 text = f"pool {pool.name}: none submitted (call scale first)"
             lines.append(text)
         return "Jobs: " + " | ".join(lines)
+
+
+async def scale_and_wait(manager: Any, pool: ManagedPool, n: int, wait: bool = False,
+                         timeout: Any = None, progress: bool | str | None = None) -> None:
+    """``manager.scale(pool, n)``, then (``wait``) wait for the workers of its ``n`` jobs."""
+    await manager.scale(pool, n)
+    if wait and n:
+        await manager.wait_for_workers(n * pool.spec.processes, pool=pool.name,
+                                       timeout=timeout, progress=progress)

@@ -1,0 +1,73 @@
+"""The cluster widget and HTML repr on a REAL cluster (local-pool workers are real processes).
+
+The controls call the cluster's API: bad values get the API's own errors in the pool's row
+and nothing is submitted. The same views on a gateway cluster run on the REAL dev gateway.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hybrid import HybridCluster
+from tests.batch.test_real_pools import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _view(cluster):
+    assert cluster._widget() is not None
+    return cluster.__dict__["_hybrid_widget"]
+
+
+def test_the_widget_refuses_bad_values_with_the_apis_errors_and_submits_nothing(
+        staging) -> None:
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        view = _view(cluster)
+        row = view.controls["cpu"]
+        row.jobs.value = -1
+        row.scale_button.click()
+        assert "scale.n = -1 is not valid" in row.message.value
+        row.minimum.value, row.maximum.value = 5, 2
+        row.adapt_button.click()
+        assert "adapt.minimum = 5 is not valid: expected at most maximum (2)" in (
+            row.message.value)
+        pool = cluster.pools["cpu"]
+        assert (pool.submit_calls, pool.jobs, pool.target, pool.adaptive) == (0, {}, 0, None)
+        assert not any(staging.glob("*")), "nothing staged for a refused value"
+        # a good value goes through the same API call
+        row.jobs.value = 1
+        row.scale_button.click()
+        assert "target 1 job(s)" in row.message.value
+        cluster.wait_for_workers(1, timeout=60, progress=False)
+        wait_for(lambda: (view.redraw() or "<td>running</td>" not in view.table.value)
+                 and re.search(r"<td>cpu</td><td>local</td><td>notGPU: 1 core</td><td>1</td>"
+                               r"<td>1</td><td>0</td><td>1</td><td>0</td><td>off</td>",
+                               view.table.value), 30, "the row shows 1 running, 1 worker")
+        row.minimum.value, row.maximum.value = 0, 3
+        row.adapt_button.click()
+        assert "adapting between 0 and 3" in row.message.value
+        assert cluster.pool_status()["cpu"].adaptive == (0, 3)
+        view.redraw()
+        assert "<td>0-3</td>" in view.table.value
+
+
+def test_a_pool_added_later_gets_its_row_and_controls(staging) -> None:
+    with HybridCluster() as cluster:
+        view = _view(cluster)
+        assert "No pool yet" in view.table.value and view.controls == {}
+        cluster.add_pool("gpu", "local", nanny=False, gpus=1, cores=2, memory="1 GiB")
+        view.redraw()
+        assert list(view.controls) == ["gpu"]
+        assert "<td>GPU: 2 cores, 1 GPU, 1GiB</td>" in view.table.value
+
+
+def test_the_html_repr_escapes_and_needs_no_ipywidgets(staging) -> None:
+    with HybridCluster(name="repr-test") as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        page = cluster._repr_html_()
+    assert "<h3 style='margin-top:0'>HybridCluster repr-test</h3>" in page
+    assert "data-pool='cpu'" in page and "/pools" in page
+    assert "ipywidgets" not in page and "<script" not in page
