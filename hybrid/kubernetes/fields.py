@@ -28,6 +28,7 @@ __all__ = [
     "LabelValue",
     "Labels",
     "MountPath",
+    "ResourceLimits",
     "ResourceName",
     "SubPath",
     "Word",
@@ -165,6 +166,35 @@ def _resource_name(value: Any) -> Any:
     return value
 
 
+#: A Kubernetes quantity: ``"1"``, ``"500m"``, ``"2Gi"``, ``"1e3"``.
+_QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]|[KMGTPE]i)?")
+#: A pod's resources that come from its pool's numbers, never from further limits.
+OWN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def resource_limits(value: Any) -> Any:
+    """Further resources of a pod, ``{resource name: quantity}`` (numbers written as
+    quantities; ``None``: none)."""
+    accepted = ('a mapping of Kubernetes resource names to quantities, e.g. '
+                '{"nvidia.com/mig-1g.5gb": 1}')
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise reject(accepted)
+    limits = {}
+    for name, amount in value.items():
+        if name in OWN_RESOURCES:
+            raise reject(f"resource names other than {', '.join(OWN_RESOURCES)} (not {name!r}:"
+                         " the pool's cores, memory and ephemeral storage set them: "
+                         "number_of_threads, memory_limit, ephemeral_storage_limit)")
+        text = str(amount) if isinstance(amount, (int, float, str)) and not isinstance(
+            amount, bool) else ""
+        if not _is_label_key(name) or not _QUANTITY.fullmatch(text):
+            raise reject(f"{accepted} (not {name!r}: {amount!r})")
+        limits[name] = text
+    return limits
+
+
 #: A DNS-1123 label: namespaces, volume names.
 DNSLabel = Annotated[str, BeforeValidator(dns_label)]
 #: A DNS-1123 subdomain: secret, claim, service account and storage class names.
@@ -191,3 +221,5 @@ Bytes = Annotated[Memory, PlainSerializer(lambda n: f"{n} B", return_type=str,
                                           when_used="json")]
 #: An extended resource name with a domain (``nvidia.com/gpu``).
 ResourceName = Annotated[str, BeforeValidator(_resource_name)]
+#: Further resources of a pod's requests and limits: resource names to quantities.
+ResourceLimits = Annotated[dict[str, str], BeforeValidator(resource_limits)]
