@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from hybrid.errors import ConfigurationError
-from hybrid.fields import configuration_error, reject
+from hybrid.fields import configuration_error, reject, resource_limits
 from hybrid.units import MAX_BYTES, Quantity, parse_memory, parse_walltime, to_bytes
 from hybrid.units import walltime_seconds as _walltime_seconds
 
@@ -144,12 +144,6 @@ def _optional(kind: type, accepted: str, item: type | None = None) -> Any:
         return value
 
     return Annotated[kind | None, PlainValidator(check)]
-
-
-def _limits(value: Any) -> dict[str, str] | None:
-    from hybrid.kubernetes.fields import resource_limits
-
-    return None if value is None else resource_limits(value)
 
 
 Threads = _whole(1, MAX_THREADS)
@@ -296,8 +290,8 @@ class PodResources(ComputeResources):
     memory_limit: _memory("a memory larger than zero (a pod without a memory limit may take "
                           "a node's whole memory)") = "4 GiB"
     ephemeral_storage_limit: _memory() = "20 GiB"
-    additional_limit_specifications: Annotated[dict[str, str] | None,
-                                               PlainValidator(_limits)] = None
+    additional_limit_specifications: Annotated[dict[str, str] | None, PlainValidator(
+        lambda value: None if value is None else resource_limits(value))] = None
     affinity_specification: _optional(dict, "a Kubernetes affinity mapping (dict) or None") = None
     minimum_number_of_workers: _whole(0, MAX_WORKERS) = 1
     maximum_number_of_workers: _whole(1, MAX_WORKERS) = 1
