@@ -142,3 +142,16 @@ class PoolAdaptive(AdaptiveCore):
             self._callback = None
         if self.pool.adaptive is self:
             self.pool.adaptive = None
+
+
+def adaptive_class(value: Any, field: str) -> type[PoolAdaptive]:
+    """``value`` as the class that scales a pool (``None``: :class:`PoolAdaptive`)."""
+    if value is None:
+        return PoolAdaptive
+    if not (isinstance(value, type) and issubclass(value, PoolAdaptive)):
+        raise ConfigurationError(
+            field, value, "None or a subclass of hybrid.adaptive.PoolAdaptive (the "
+            "AdaptiveCore that scales one pool of jobs)", "distributed's Adaptive scales the "
+            "workers of a SpecCluster, which a HybridCluster's pools are not: subclass "
+            "PoolAdaptive to change how a pool decides.")
+    return value

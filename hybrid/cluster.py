@@ -24,7 +24,7 @@ from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
 from hybrid.dashboard import publish_pools
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
-from hybrid.fields import Address, Interval, validate_value
+from hybrid.fields import Address, Interval, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
@@ -51,6 +51,8 @@ class HybridCluster(ClusterViews, Cluster):
     host : str, optional
         Where the scheduler listens (default ``hybrid.scheduler.host``: every interface, so
         that batch nodes can reach it).
+    scheduler_port : int
+        The port it listens on (default 0: any free port).
     worker_scheduler_address : str, optional
         The address workers dial, if not the scheduler's own (a proxy, an ingress).
     scheduler_sni : str, optional
@@ -75,6 +77,7 @@ class HybridCluster(ClusterViews, Cluster):
         name: str | None = None,
         security: Security | bool | None = None,
         host: str | None = None,
+        scheduler_port: int = 0,
         worker_scheduler_address: str | None = None,
         scheduler_sni: str | None = None,
         annotate_resources: bool | None = None,
@@ -111,6 +114,8 @@ class HybridCluster(ClusterViews, Cluster):
         self._worker_scheduler_address = worker_scheduler_address
         self.scheduler_sni = scheduler_sni
         self._host = host if host is not None else (config.get("scheduler.host", "") or None)
+        self._port = validate_value(count(0, 65535), scheduler_port,
+                                    "HybridCluster.scheduler_port")
         self._dashboard_address = dashboard_address
         self.scheduler: Scheduler | None = None
         self.manager: PoolManager | None = None
@@ -148,7 +153,7 @@ class HybridCluster(ClusterViews, Cluster):
         self.status = Status.starting
         if self._external_address is None:
             self.scheduler = Scheduler(
-                host=self._host, port=0, dashboard_address=self._dashboard_address,
+                host=self._host, port=self._port, dashboard_address=self._dashboard_address,
                 security=self.security, validate=False,
             )
             await self.scheduler
@@ -323,18 +328,22 @@ class HybridCluster(ClusterViews, Cluster):
         return self.sync(scale_and_wait, self._manager(), target, n, wait, timeout)
 
     def adapt(self, pool: str | None = None, minimum: int = 0, maximum: int = 10,
-              interval: Any = "2s", wait_count: int = 3, **kwargs: Any) -> Any:
+              interval: Any = "2s", wait_count: int = 3, Adaptive: type | None = None,
+              **kwargs: Any) -> Any:
         """Scale ``pool`` between ``minimum`` and ``maximum`` from the demand for its
-        resource (GPU or CPU tasks), on this cluster's event loop."""
-        from hybrid.adaptive import PoolAdaptive
+        resource (GPU or CPU tasks), on this cluster's event loop. ``Adaptive`` (as in
+        distributed's ``Cluster.adapt``): a subclass of :class:`~hybrid.adaptive.PoolAdaptive`
+        to scale it with."""
+        from hybrid.adaptive import adaptive_class
 
         if kwargs:
             raise ConfigurationError("adapt", sorted(kwargs),
                                      "adapt(pool=None, minimum=0, maximum=10, interval='2s', "
-                                     "wait_count=3)")
+                                     "wait_count=3, Adaptive=None)")
         target = self.pool(pool)
-        adaptive = PoolAdaptive(self._manager(), target, minimum=minimum, maximum=maximum,
-                                interval=interval, wait_count=wait_count)
+        adaptive = adaptive_class(Adaptive, "adapt.Adaptive")(
+            self._manager(), target, minimum=minimum, maximum=maximum, interval=interval,
+            wait_count=wait_count)
         if target.adaptive is not None:
             target.adaptive.stop()
         target.adaptive = adaptive

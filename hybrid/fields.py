@@ -34,6 +34,7 @@ __all__ = [
     "Memory",
     "Name",
     "PortRange",
+    "ResourceLimits",
     "Seconds",
     "Strings",
     "Walltime",
@@ -134,6 +135,54 @@ def _environment(value: Any) -> dict[str, str]:
 
 #: Environment variables for a job: names checked, values any string without NUL.
 Environment = Annotated[dict[str, str], BeforeValidator(_environment)]
+
+
+# --------------------------------------------------------------------------- Kubernetes names
+#: A DNS-1123 subdomain, and the name part of a qualified name (Kubernetes' label keys and
+#: resource names, ``[PREFIX/]NAME``).
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+#: A Kubernetes quantity: ``"1"``, ``"500m"``, ``"2Gi"``, ``"1e3"``.
+QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]|[KMGTPE]i)?")
+#: A pod's resources that come from its pool's numbers, never from further limits.
+OWN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def is_qualified_name(value: Any) -> bool:
+    """Whether ``value`` is a Kubernetes qualified name ``[PREFIX/]NAME``."""
+    if not isinstance(value, str) or value.count("/") > 1:
+        return False
+    prefix, _, name = value.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return bool(name) and len(name) <= 63 and bool(QUALIFIED_NAME_PART.fullmatch(name))
+
+
+def resource_limits(value: Any) -> Any:
+    """Further resources of a Kubernetes pod, ``{resource name: quantity}`` (numbers written
+    as quantities; ``None``: none)."""
+    accepted = ('a mapping of Kubernetes resource names to quantities, e.g. '
+                '{"nvidia.com/mig-1g.5gb": 1}')
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise reject(accepted)
+    limits = {}
+    for name, amount in value.items():
+        if name in OWN_RESOURCES:
+            raise reject(f"resource names other than {', '.join(OWN_RESOURCES)} (not {name!r}:"
+                         " the pool's cores, memory and ephemeral storage set them: "
+                         "number_of_threads, memory_limit, ephemeral_storage_limit)")
+        text = str(amount) if isinstance(amount, (int, float, str)) and not isinstance(
+            amount, bool) else ""
+        if not is_qualified_name(name) or not QUANTITY.fullmatch(text):
+            raise reject(f"{accepted} (not {name!r}: {amount!r})")
+        limits[name] = text
+    return limits
+
+
+#: Further resources of a pod's requests and limits: resource names to quantities.
+ResourceLimits = Annotated[dict[str, str], BeforeValidator(resource_limits)]
 
 
 # --------------------------------------------------------------------------- lists

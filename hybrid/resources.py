@@ -1,35 +1,52 @@
-"""Worker resources, with the names openff-evaluator's Dask backends use.
+"""Worker resources, with openff-evaluator's classes, arguments and positional order.
 
-Every class validates on construction (one :class:`~hybrid.errors.ConfigurationError` naming
-the field, the value and what is accepted), compares by value, and round-trips exactly
-through :meth:`to_dict`/:meth:`from_dict`, JSON and pickle.
+Each class is one pydantic model: every value is checked by one validator on construction
+(one :class:`~hybrid.errors.ConfigurationError` naming the field, the value and what is
+accepted, raised through ``hybrid.fields.configuration_error``), objects are immutable,
+compare by value (memories in bytes), and round-trip exactly through :meth:`to_dict` /
+:meth:`from_dict`, JSON and pickle. Memories and wall times take quantities of any pint
+registry (openff-units' included), pint's strings (``"8 GiB"``) and, for wall times,
+``"HH:MM"``.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import pint
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
 
 from hybrid.errors import ConfigurationError
-from hybrid.units import (
-    MAX_BYTES,
-    Quantity,
-    parse_memory,
-    parse_walltime,
-    to_bytes,
-    walltime_seconds,
-)
+from hybrid.fields import configuration_error, reject, resource_limits
+from hybrid.units import MAX_BYTES, Quantity, parse_memory, parse_walltime, to_bytes
+from hybrid.units import walltime_seconds as _walltime_seconds
 
 __all__ = [
     "ComputeResources",
     "GPUPrecision",
     "GPUToolkit",
     "PodResources",
+    "Quantity",
     "QueueWorkerResources",
+    "resources_from_json",
 ]
+
+#: The most threads and GPUs one worker's job may have (as a pool's ``cores``/``gpus``).
+MAX_THREADS = 1024
+MAX_GPUS = 64
+#: The most pods one group may have (as ``hybrid submit --count``).
+MAX_WORKERS = 100_000
 
 
 class GPUToolkit(str, Enum):
@@ -48,36 +65,251 @@ class GPUPrecision(str, Enum):
     double = "double"
 
 
-def _enum(enum: type[Enum], value: Any, field: str, allow_none: bool) -> Enum | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, enum):
-        return value
-    if isinstance(value, str):
-        for member in enum:
-            if member.value.lower() == value.strip().lower():
-                return member
-    names = ", ".join(repr(m.value) for m in enum)
-    raise ConfigurationError(field, value, f"one of {names} (or {enum.__name__}.<name>)")
-
-
-#: The most threads and GPUs one worker's job may have (as a pool's ``cores``/``gpus``).
-MAX_THREADS = 1024
-MAX_GPUS = 64
-#: The most pods one group may have (as ``hybrid submit --count``).
-MAX_WORKERS = 100_000
-
-
-def _count(value: Any, field: str, minimum: int = 0, maximum: int = MAX_THREADS) -> int:
+# --------------------------------------------------------------------------- field types
+def _whole(minimum: int, maximum: int) -> Any:
+    """An integer in ``[minimum, maximum]`` (a whole float is taken, booleans are not)."""
     accepted = f"an integer >= {minimum}, at most {maximum}"
-    if isinstance(value, bool) or not isinstance(value, int):
+
+    def check(value: Any) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        else:
-            raise ConfigurationError(field, value, accepted)
-    if not minimum <= value <= maximum:
-        raise ConfigurationError(field, value, accepted)
-    return value
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                minimum <= value <= maximum):
+            raise reject(accepted)
+        return value
+
+    return Annotated[int, PlainValidator(check)]
+
+
+def _member(enum: type[Enum]) -> Any:
+    """A member of ``enum``, its value as a string in any case, or ``None``."""
+    accepted = (f"one of {', '.join(repr(m.value) for m in enum)} "
+                f"(or {enum.__name__}.<name>)")
+
+    def check(value: Any) -> Enum | None:
+        if value is None or isinstance(value, enum):
+            return value
+        if isinstance(value, str):
+            for member in enum:
+                if member.value.lower() == value.strip().lower():
+                    return member
+        raise reject(accepted)
+
+    return Annotated[enum | None, PlainValidator(check),
+                     PlainSerializer(lambda m: None if m is None else m.value)]
+
+
+def _quantity_text(quantity: pint.Quantity) -> str:
+    magnitude = quantity.magnitude
+    if hasattr(magnitude, "item"):  # numpy scalars: their repr is not a number pint reads
+        magnitude = magnitude.item()
+    return f"{magnitude!r} {quantity.units}"
+
+
+def _memory(zero: str | None = None, per_thread: bool = False) -> Any:
+    """A memory quantity in :data:`hybrid.units.unit`; ``zero``: why zero is refused;
+    ``per_thread``: times the threads validated before it, at most 1 PiB."""
+
+    def check(value: Any, info: Any) -> pint.Quantity:
+        try:
+            quantity = parse_memory(value, "memory")
+        except ConfigurationError as error:
+            raise reject(error.accepted) from None
+        if zero is not None and to_bytes(quantity) == 0:
+            raise reject(zero)
+        threads = info.data.get("number_of_threads")
+        if per_thread and threads and threads * to_bytes(quantity) > MAX_BYTES:
+            raise reject(f"a memory that, times number_of_threads ({threads}), is at most "
+                         "1 PiB per job")
+        return quantity
+
+    return Annotated[pint.Quantity, PlainValidator(check),
+                     PlainSerializer(_quantity_text, return_type=str)]
+
+
+def _walltime(value: Any) -> str:
+    try:
+        return parse_walltime(value, "walltime")
+    except ConfigurationError as error:
+        raise reject(error.accepted) from None
+
+
+def _optional(kind: type, accepted: str, item: type | None = None) -> Any:
+    """``None``, or a ``kind`` (a dict or a list; a list's items each an ``item``)."""
+
+    def check(value: Any) -> Any:
+        if value is not None and not (isinstance(value, kind) and (
+                item is None or all(isinstance(i, item) for i in value))):
+            raise reject(accepted)
+        return value
+
+    return Annotated[kind | None, PlainValidator(check)]
+
+
+Threads = _whole(1, MAX_THREADS)
+Gpus = _whole(0, MAX_GPUS)
+Toolkit = _member(GPUToolkit)
+Precision = _member(GPUPrecision)
+
+
+# --------------------------------------------------------------------------- the models
+class _Resources(BaseModel):
+    """The shared machinery: openff-evaluator's positional constructor, equality by value,
+    plain-data round trips, and errors as :class:`~hybrid.errors.ConfigurationError`.
+
+    The fields, in declaration order (a subclass's after its base's), are the positional
+    parameters; a field declared ``Field(kw_only=True)`` (hybrid's own) is keyword-only.
+    """
+
+    model_config = ConfigDict(frozen=True, validate_default=True, extra="forbid")
+
+    GPUToolkit: ClassVar[type[GPUToolkit]] = GPUToolkit
+    GPUPrecision: ClassVar[type[GPUPrecision]] = GPUPrecision
+    #: Fields holding a memory (compared in bytes).
+    _memory_fields: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        fields = cls.model_fields.items()
+        parameters = [inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY if info.kw_only else
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, default=info.default,
+            annotation=info.annotation) for name, info in fields]
+        cls.__signature__ = inspect.Signature(sorted(parameters, key=lambda p: p.kind))
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        try:
+            given = inspect.signature(type(self)).bind(*args, **kwargs).arguments
+        except TypeError as error:
+            raise TypeError(f"{type(self).__name__}(): {error}") from None
+        try:
+            super().__init__(**given)
+        except ValidationError as error:
+            raise configuration_error(error, prefix=f"{type(self).__name__}.") from None
+
+    @property
+    def is_gpu(self) -> bool:
+        """True when this describes GPU workers."""
+        return self.number_of_gpus > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` rebuilds an equal object."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """Rebuild from :meth:`to_dict` output (unknown keys are an error)."""
+        fields = ", ".join(cls.model_fields)
+        if not isinstance(data, dict):
+            raise ConfigurationError(cls.__name__, data, f"a dict of {fields}")
+        unknown = set(data) - set(cls.model_fields)
+        if unknown:
+            raise ConfigurationError(cls.__name__, sorted(unknown), f"only the fields {fields}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`, with the class's name as ``"type"``."""
+        return json.dumps({"type": type(self).__name__, **self.to_dict()}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Any:
+        """Rebuild from :meth:`to_json` output."""
+        data = _json_object(text, f"{cls.__name__}.from_json(text)")
+        kind = data.pop("type", cls.__name__)
+        if kind != cls.__name__:
+            raise ConfigurationError("type", kind, f"{cls.__name__!r} JSON")
+        return cls.from_dict(data)
+
+    def __reduce__(self) -> Any:
+        # As plain data: a pint quantity unpickles into pint's application registry, which
+        # is another one once openff-units is imported.
+        return type(self).from_dict, (self.to_dict(),)
+
+    def _key(self) -> str:
+        state = self.to_dict()
+        state.update({f: to_bytes(getattr(self, f)) for f in self._memory_fields})
+        return json.dumps(state, sort_keys=True)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class ComputeResources(_Resources):
+    """What one worker offers: threads and GPUs.
+
+    ``number_of_gpus > 0`` needs a ``preferred_gpu_toolkit`` (CUDA by default).
+    """
+
+    number_of_threads: Threads = 1
+    number_of_gpus: Gpus = 0
+    preferred_gpu_toolkit: Toolkit = GPUToolkit.CUDA
+    preferred_gpu_precision: Precision = GPUPrecision.mixed
+
+    @model_validator(mode="after")
+    def _toolkit_for_gpus(self) -> ComputeResources:
+        if self.number_of_gpus > 0 and self.preferred_gpu_toolkit is None:
+            raise reject("a GPUToolkit (CUDA, OpenCL or auto) when number_of_gpus > 0",
+                         field="preferred_gpu_toolkit", value=None)
+        return self
+
+
+class QueueWorkerResources(ComputeResources):
+    """A batch job's worker: threads, GPUs, memory per thread and a wall time ``"HH:MM"``."""
+
+    _memory_fields = ("per_thread_memory_limit",)
+
+    per_thread_memory_limit: _memory("a memory larger than zero", per_thread=True) = "1 GiB"
+    wallclock_time_limit: Annotated[str, PlainValidator(_walltime)] = "01:00"
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory of the whole job: threads times the per-thread limit, in bytes."""
+        return self.number_of_threads * to_bytes(self.per_thread_memory_limit)
+
+    @property
+    def wallclock_seconds(self) -> int:
+        """The wall time in seconds."""
+        return _walltime_seconds(self.wallclock_time_limit)
+
+
+class PodResources(ComputeResources):
+    """A group of Kubernetes worker pods: what each pod gets, and how many there are.
+
+    ``additional_limit_specifications`` adds resources to each pod's requests and limits
+    (``{"nvidia.com/mig-1g.5gb": 1}``); ``tolerations`` (hybrid's own, keyword-only) are the
+    pods' Kubernetes tolerations.
+    """
+
+    _memory_fields = ("memory_limit", "ephemeral_storage_limit")
+
+    memory_limit: _memory("a memory larger than zero (a pod without a memory limit may take "
+                          "a node's whole memory)") = "4 GiB"
+    ephemeral_storage_limit: _memory() = "20 GiB"
+    additional_limit_specifications: Annotated[dict[str, str] | None, PlainValidator(
+        lambda value: None if value is None else resource_limits(value))] = None
+    affinity_specification: _optional(dict, "a Kubernetes affinity mapping (dict) or None") = None
+    minimum_number_of_workers: _whole(0, MAX_WORKERS) = 1
+    maximum_number_of_workers: _whole(1, MAX_WORKERS) = 1
+    tolerations: _optional(list, "a list of Kubernetes toleration dicts", dict) = Field(
+        None, kw_only=True)
+
+    @model_validator(mode="after")
+    def _minimum_at_most_maximum(self) -> PodResources:
+        if self.minimum_number_of_workers > self.maximum_number_of_workers:
+            raise reject(f"at most maximum_number_of_workers ({self.maximum_number_of_workers})",
+                         field="minimum_number_of_workers",
+                         value=self.minimum_number_of_workers)
+        return self
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory limit of one pod in bytes."""
+        return to_bytes(self.memory_limit)
 
 
 def _json_object(text: Any, field: str) -> dict[str, Any]:
@@ -93,262 +325,6 @@ def _json_object(text: Any, field: str) -> dict[str, Any]:
     return data
 
 
-def _quantity_text(quantity: pint.Quantity) -> str:
-    magnitude = quantity.magnitude
-    if hasattr(magnitude, "item"):  # numpy scalars: their repr is not a number pint reads
-        magnitude = magnitude.item()
-    return f"{magnitude!r} {quantity.units}"
-
-
-class _Resources:
-    """Shared machinery: declared fields, validation, equality, serialisation."""
-
-    #: Field names, in constructor order.
-    _fields: ClassVar[tuple[str, ...]] = ()
-    _memory_fields: ClassVar[tuple[str, ...]] = ()
-
-    GPUToolkit = GPUToolkit
-    GPUPrecision = GPUPrecision
-
-    def _validate_gpu(self) -> None:
-        name = type(self).__name__
-        self.number_of_gpus = _count(self.number_of_gpus, f"{name}.number_of_gpus", 0,
-                                     MAX_GPUS)
-        self.preferred_gpu_toolkit = _enum(
-            GPUToolkit, self.preferred_gpu_toolkit, f"{name}.preferred_gpu_toolkit", True
-        )
-        self.preferred_gpu_precision = _enum(
-            GPUPrecision, self.preferred_gpu_precision, f"{name}.preferred_gpu_precision", True
-        )
-        if self.number_of_gpus > 0 and self.preferred_gpu_toolkit is None:
-            raise ConfigurationError(
-                f"{name}.preferred_gpu_toolkit",
-                None,
-                "a GPUToolkit (CUDA, OpenCL or auto) when number_of_gpus > 0",
-            )
-
-    @property
-    def is_gpu(self) -> bool:
-        """True when this describes GPU workers."""
-        return self.number_of_gpus > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict; :meth:`from_dict` rebuilds an equal object."""
-        out: dict[str, Any] = {}
-        for field in self._fields:
-            value = getattr(self, field)
-            if isinstance(value, Enum):
-                value = value.value
-            elif isinstance(value, pint.Quantity):
-                value = _quantity_text(value)
-            out[field] = value
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        """Rebuild from :meth:`to_dict` output (unknown keys are an error)."""
-        if not isinstance(data, dict):
-            raise ConfigurationError(cls.__name__, data,
-                                     f"a dict of {', '.join(cls._fields)}")
-        unknown = set(data) - set(cls._fields)
-        if unknown:
-            raise ConfigurationError(
-                f"{cls.__name__}", sorted(unknown), f"only the fields {', '.join(cls._fields)}"
-            )
-        return cls(**data)
-
-    def to_json(self) -> str:
-        """JSON text of :meth:`to_dict`."""
-        return json.dumps({"type": type(self).__name__, **self.to_dict()}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str):
-        """Rebuild from :meth:`to_json` output."""
-        data = _json_object(text, f"{cls.__name__}.from_json(text)")
-        kind = data.pop("type", cls.__name__)
-        if kind != cls.__name__:
-            raise ConfigurationError("type", kind, f"{cls.__name__!r} JSON")
-        return cls.from_dict(data)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return self.to_dict()
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(**state)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(self._comparable(f) == other._comparable(f) for f in self._fields)
-
-    def _comparable(self, field: str) -> Any:
-        value = getattr(self, field)
-        if field in self._memory_fields and value is not None:
-            return to_bytes(value)
-        return value
-
-    def __hash__(self) -> int:
-        return hash(json.dumps([self._comparable(f) for f in self._fields], sort_keys=True,
-                               default=str))
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{f}={v!r}" for f, v in self.to_dict().items())
-        return f"{type(self).__name__}({args})"
-
-
-class ComputeResources(_Resources):
-    """What one worker offers: threads and GPUs.
-
-    ``number_of_gpus > 0`` needs a ``preferred_gpu_toolkit`` (CUDA by default).
-    """
-
-    _fields = (
-        "number_of_threads",
-        "number_of_gpus",
-        "preferred_gpu_toolkit",
-        "preferred_gpu_precision",
-    )
-
-    def __init__(
-        self,
-        number_of_threads: int = 1,
-        number_of_gpus: int = 0,
-        preferred_gpu_toolkit: GPUToolkit | str | None = GPUToolkit.CUDA,
-        preferred_gpu_precision: GPUPrecision | str | None = GPUPrecision.mixed,
-    ):
-        self.number_of_threads = _count(
-            number_of_threads, f"{type(self).__name__}.number_of_threads", 1
-        )
-        self.number_of_gpus = number_of_gpus
-        self.preferred_gpu_toolkit = preferred_gpu_toolkit
-        self.preferred_gpu_precision = preferred_gpu_precision
-        self._validate_gpu()
-
-
-class QueueWorkerResources(ComputeResources):
-    """A batch job's worker: threads, GPUs, memory per thread and a wall time ``"HH:MM"``."""
-
-    _fields = (*ComputeResources._fields, "per_thread_memory_limit", "wallclock_time_limit")
-    _memory_fields = ("per_thread_memory_limit",)
-
-    def __init__(
-        self,
-        number_of_threads: int = 1,
-        number_of_gpus: int = 0,
-        preferred_gpu_toolkit: GPUToolkit | str | None = GPUToolkit.CUDA,
-        preferred_gpu_precision: GPUPrecision | str | None = GPUPrecision.mixed,
-        per_thread_memory_limit: Any = "1 GiB",
-        wallclock_time_limit: Any = "01:00",
-    ):
-        super().__init__(
-            number_of_threads, number_of_gpus, preferred_gpu_toolkit, preferred_gpu_precision
-        )
-        self.per_thread_memory_limit = parse_memory(
-            per_thread_memory_limit, "QueueWorkerResources.per_thread_memory_limit"
-        )
-        if to_bytes(self.per_thread_memory_limit) == 0:
-            raise ConfigurationError(
-                "QueueWorkerResources.per_thread_memory_limit",
-                per_thread_memory_limit,
-                "a memory larger than zero",
-            )
-        if self.memory_bytes > MAX_BYTES:
-            raise ConfigurationError(
-                "QueueWorkerResources.per_thread_memory_limit", per_thread_memory_limit,
-                f"a memory that, times number_of_threads ({self.number_of_threads}), is at "
-                "most 1 PiB per job",
-            )
-        self.wallclock_time_limit = parse_walltime(
-            wallclock_time_limit, "QueueWorkerResources.wallclock_time_limit"
-        )
-
-    @property
-    def memory_bytes(self) -> int:
-        """Memory of the whole job: threads times the per-thread limit, in bytes."""
-        return self.number_of_threads * to_bytes(self.per_thread_memory_limit)
-
-    @property
-    def wallclock_seconds(self) -> int:
-        """The wall time in seconds."""
-        return walltime_seconds(self.wallclock_time_limit)
-
-
-class PodResources(_Resources):
-    """A group of Kubernetes worker pods: how many, and what each pod gets."""
-
-    _fields = (
-        "minimum_number_of_workers",
-        "maximum_number_of_workers",
-        "number_of_threads",
-        "memory_limit",
-        "ephemeral_storage_limit",
-        "number_of_gpus",
-        "preferred_gpu_toolkit",
-        "preferred_gpu_precision",
-        "affinity_specification",
-        "tolerations",
-    )
-    _memory_fields = ("memory_limit", "ephemeral_storage_limit")
-
-    def __init__(
-        self,
-        minimum_number_of_workers: int = 1,
-        maximum_number_of_workers: int = 1,
-        number_of_threads: int = 1,
-        memory_limit: Any = "4 GiB",
-        ephemeral_storage_limit: Any = "20 GiB",
-        number_of_gpus: int = 0,
-        preferred_gpu_toolkit: GPUToolkit | str | None = GPUToolkit.CUDA,
-        preferred_gpu_precision: GPUPrecision | str | None = GPUPrecision.mixed,
-        affinity_specification: dict[str, Any] | None = None,
-        tolerations: list[dict[str, Any]] | None = None,
-    ):
-        self.minimum_number_of_workers = _count(
-            minimum_number_of_workers, "PodResources.minimum_number_of_workers", 0, MAX_WORKERS
-        )
-        self.maximum_number_of_workers = _count(
-            maximum_number_of_workers, "PodResources.maximum_number_of_workers", 1, MAX_WORKERS
-        )
-        if self.minimum_number_of_workers > self.maximum_number_of_workers:
-            raise ConfigurationError(
-                "PodResources.minimum_number_of_workers",
-                minimum_number_of_workers,
-                f"at most maximum_number_of_workers ({maximum_number_of_workers})",
-            )
-        self.number_of_threads = _count(number_of_threads, "PodResources.number_of_threads", 1)
-        self.memory_limit = parse_memory(memory_limit, "PodResources.memory_limit")
-        if to_bytes(self.memory_limit) == 0:
-            raise ConfigurationError("PodResources.memory_limit", memory_limit,
-                                     "a memory larger than zero (a pod without a memory "
-                                     "limit may take a node's whole memory)")
-        self.ephemeral_storage_limit = parse_memory(
-            ephemeral_storage_limit, "PodResources.ephemeral_storage_limit"
-        )
-        self.number_of_gpus = number_of_gpus
-        self.preferred_gpu_toolkit = preferred_gpu_toolkit
-        self.preferred_gpu_precision = preferred_gpu_precision
-        self._validate_gpu()
-        if affinity_specification is not None and not isinstance(affinity_specification, dict):
-            raise ConfigurationError(
-                "PodResources.affinity_specification",
-                affinity_specification,
-                "a Kubernetes affinity mapping (dict) or None",
-            )
-        self.affinity_specification = affinity_specification
-        if tolerations is not None and not (
-            isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
-        ):
-            raise ConfigurationError(
-                "PodResources.tolerations", tolerations, "a list of Kubernetes toleration dicts"
-            )
-        self.tolerations = tolerations
-
-    @property
-    def memory_bytes(self) -> int:
-        """Memory limit of one pod in bytes."""
-        return to_bytes(self.memory_limit)
-
-
 def resources_from_json(text: str) -> _Resources:
     """Rebuild any resource object from its :meth:`to_json` text."""
     kind = _json_object(text, "resources_from_json(text)").get("type")
@@ -356,7 +332,3 @@ def resources_from_json(text: str) -> _Resources:
     if kind not in classes:
         raise ConfigurationError("type", kind, f"one of {', '.join(classes)}")
     return classes[kind].from_json(text)
-
-
-# Keep Quantity importable from here for users of openff-evaluator's layout.
-__all__ += ["Quantity", "resources_from_json"]

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.backends.base import BaseDaskBackend
+from hybrid.backends.base import BaseDaskBackend, CalculationBackend
 from hybrid.backends.batch import (
     BaseDaskJobQueueBackend,
+    BatchToolMissingWarning,
     DaskHTCondorBackend,
     DaskLSFBackend,
     DaskPBSBackend,
@@ -31,6 +32,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BaseDaskBackend",
     "BaseDaskJobQueueBackend",
+    "BatchToolMissingWarning",
+    "CalculationBackend",
     "DaskHTCondorBackend",
     "DaskKubernetesBackend",
     "DaskKubernetesExistingBackend",

@@ -16,13 +16,18 @@ from hybrid.errors import HybridError, cleanup_after
 class BaseDaskBackend(abc.ABC):
     """Start a cluster on ``__enter__``/:meth:`start`, submit tasks, remove it all on exit.
 
-    ``annotate_resources`` routes GPU tasks to GPU workers and the rest to CPU workers
-    (see :mod:`hybrid.annotator`); ``None`` takes ``hybrid.annotator.enabled``.
+    The arguments of openff-evaluator's ``CalculationBackend``: ``number_of_workers`` and
+    ``resources_per_worker`` (each backend checks and uses them). ``annotate_resources``
+    routes GPU tasks to GPU workers and the rest to CPU workers (see
+    :mod:`hybrid.annotator`); ``None`` takes ``hybrid.annotator.enabled``.
     """
 
-    def __init__(self, annotate_resources: bool | None = None, gpu_fraction: float | None = None):
+    def __init__(self, number_of_workers: int = 1, resources_per_worker: Any = None, *,
+                 annotate_resources: bool | None = None, gpu_fraction: float | None = None):
         if gpu_fraction is not None:
             validated_gpu_fraction(gpu_fraction, f"{type(self).__name__}.gpu_fraction")
+        self.number_of_workers = number_of_workers
+        self.resources_per_worker = resources_per_worker
         self.annotate_resources = annotate_resources
         self.gpu_fraction = gpu_fraction
         self._client: HybridClient | None = None
@@ -58,6 +63,11 @@ class BaseDaskBackend(abc.ABC):
             cluster.close()
 
     @property
+    def started(self) -> bool:
+        """Whether :meth:`start` connected a client (openff-evaluator's server asks)."""
+        return self._client is not None
+
+    @property
     def client(self) -> HybridClient:
         """The connected client (raises before :meth:`start`)."""
         if self._client is None:
@@ -82,3 +92,7 @@ class BaseDaskBackend(abc.ABC):
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
         cleanup_after(exc, self.stop, "stopping the backend")
+
+
+#: openff-evaluator's name for the base of every backend.
+CalculationBackend = BaseDaskBackend

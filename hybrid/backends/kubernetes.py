@@ -18,6 +18,7 @@ import: the backends, the volumes and secrets, ``AccessMode``, ``PodResources``,
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -79,12 +80,6 @@ __all__ = [
     "unit",
 ]
 
-#: The GPU group when none is given: up to 10 pods of one CUDA GPU each.
-DEFAULT_GPU_RESOURCES = PodResources(minimum_number_of_workers=0, maximum_number_of_workers=10,
-                                     number_of_gpus=1, preferred_gpu_toolkit=GPUToolkit.CUDA)
-#: The CPU group when none is given: up to 40 single-thread pods.
-DEFAULT_CPU_RESOURCES = PodResources(minimum_number_of_workers=0, maximum_number_of_workers=40)
-
 #: ``cluster_kwargs`` that go to :class:`~hybrid.cluster.HybridCluster`.
 _CLUSTER_KEYS = ("security", "host", "worker_scheduler_address", "scheduler_sni",
                  "dashboard_address")
@@ -111,17 +106,17 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
     Parameters
     ----------
     gpu_resources_per_worker, cpu_resources_per_worker : PodResources or None
-        The GPU group (GPUs > 0) and the CPU group (no GPUs); either may be ``None``.
+        The GPU group (GPUs > 0) and the CPU group (no GPUs); one of them at least.
     cluster_name : str
         Names the cluster: its pods' label ``hybrid/cluster`` and its workers' names.
+    cluster_port : int, optional
+        The scheduler's port (default: any free port).
     disable_nanny_process : bool
         Run the workers without a nanny.
-    image, namespace, env, volumes, secrets
-        The pods' image, namespace, environment, volumes (claims, scratch directories) and
-        secrets; ``None`` takes ``hybrid.batch.kubernetes``.
-    annotate_resources : bool or None
-        GPU tasks only on GPU pods, the rest only on CPU pods (default
-        ``hybrid.annotator.enabled``).
+    image, namespace, env, secrets, volumes
+        The pods' image, namespace, environment, secrets and volumes (claims, scratch
+        directories; one at least, for the files the workers share); ``None`` takes
+        ``hybrid.batch.kubernetes``.
     cluster_kwargs : dict
         ``resource_timeout`` (seconds to wait on start for each group's minimum of workers;
         ``None`` does not wait), ``adapt_interval``, ``adapt_wait_count``, the
@@ -129,6 +124,11 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
         ``worker_scheduler_address``, ``scheduler_sni``, ``dashboard_address``, and pool
         options (``nanny``, ``death_timeout``, ``worker_extra_args``, ``python``, ``lease``,
         ``processes``...).
+    annotate_resources : bool or None
+        GPU tasks only on GPU pods, the rest only on CPU pods (default
+        ``hybrid.annotator.enabled``).
+    include_jupyter : bool
+        ``False`` only: the scheduler runs in this process, not in a pod beside Jupyter.
     labels, node_selector, service_account, image_pull_policy, image_pull_secrets
         Further settings of every pod (:class:`~hybrid.kubernetes.KubernetesSettings`).
     gpu_fraction : float, optional
@@ -140,18 +140,20 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
 
     def __init__(
         self,
-        gpu_resources_per_worker: PodResources | None = DEFAULT_GPU_RESOURCES,
-        cpu_resources_per_worker: PodResources | None = DEFAULT_CPU_RESOURCES,
+        gpu_resources_per_worker: PodResources | None = None,
+        cpu_resources_per_worker: PodResources | None = None,
         cluster_name: str = "hybrid-kubernetes",
-        *,
+        cluster_port: int | None = None,
         disable_nanny_process: bool = False,
         image: str | None = None,
         namespace: str | None = None,
         env: Mapping[str, str] | None = None,
-        volumes: Sequence[KubernetesVolume] | None = None,
         secrets: Sequence[KubernetesSecret] | None = None,
-        annotate_resources: bool | None = None,
+        volumes: Sequence[KubernetesVolume] | None = None,
         cluster_kwargs: Mapping[str, Any] | None = None,
+        annotate_resources: bool | None = None,
+        include_jupyter: bool = False,
+        *,
         labels: Mapping[str, str] | None = None,
         node_selector: Mapping[str, str] | None = None,
         service_account: str | None = None,
@@ -164,9 +166,18 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
     ):
         from hybrid.pools import POOL_OPTIONS, PoolSpec
 
-        super().__init__(annotate_resources, gpu_fraction)
-        self.cluster_name = validate_value(Name, cluster_name, "cluster_name")
         self.resources = _groups(gpu_resources_per_worker, cpu_resources_per_worker)
+        first = next(iter(self.resources.values()), None)
+        super().__init__(first.minimum_number_of_workers if first else 0, first,
+                         annotate_resources=annotate_resources, gpu_fraction=gpu_fraction)
+        self.cluster_name = validate_value(Name, cluster_name, "cluster_name")
+        self.cluster_port = None if cluster_port is None else validate_value(
+            count(1, 65535), cluster_port, "cluster_port")
+        if validate_value(StrictBool, include_jupyter, "include_jupyter"):
+            raise ConfigurationError(
+                "include_jupyter", include_jupyter, "False: hybrid runs the scheduler in this "
+                "process, not in a pod, so there is no scheduler pod to add Jupyter to",
+                "Run Jupyter where the backend runs (or in a pod of your own).")
         if not isinstance(cluster_kwargs or {}, Mapping):
             raise ConfigurationError("cluster_kwargs", cluster_kwargs,
                                      "a mapping of options, e.g. {'resource_timeout': 300}")
@@ -201,6 +212,18 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
         self.specs = {group: PoolSpec.build(group, self.system, resources, prefix="",
                                             labels=names, **self._pool_options(group))
                       for group, resources in self.resources.items()}
+        # What openff-evaluator refuses too (ValueErrors), once every value is checked.
+        if not self.resources:
+            raise ConfigurationError(
+                "gpu_resources_per_worker", None, "PodResources for the GPU group, the CPU "
+                "group or both: gpu_resources_per_worker or cpu_resources_per_worker must "
+                "be specified")
+        if not self.system.settings.volumes:
+            raise ConfigurationError(
+                "volumes", volumes, "at least one volume the workers mount, such as "
+                "KubernetesPersistentVolumeClaim(name=..., mount_path=...)",
+                "No volumes specified: the workers need a filesystem for their files (give "
+                "volumes=[...], or hybrid.batch.kubernetes.volumes).")
 
     @property
     def namespace(self) -> str:
@@ -271,16 +294,16 @@ class DaskKubernetesBackend(BaseDaskKubernetesBackend):
     "0.0.0.0", "worker_scheduler_address": "tcp://<address pods can reach>:<port>"}``.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._recorded = False
+    #: Whether the cluster's Secret records this backend's scheduler (to delete on stop).
+    _recorded = False
 
     def _start_cluster(self) -> Any:
         from hybrid.cluster import HybridCluster
 
         self.system.connect()  # no configuration: one clear error, and nothing to undo
+        port = {} if self.cluster_port is None else {"scheduler_port": self.cluster_port}
         cluster = HybridCluster(name=self.cluster_name, annotate_resources=self.annotate_resources,
-                                gpu_fraction=self.gpu_fraction, **self.cluster_options)
+                                gpu_fraction=self.gpu_fraction, **port, **self.cluster_options)
         options = self.start_options
         try:
             self._recorded = True
@@ -352,25 +375,32 @@ class DaskKubernetesExistingBackend(BaseDaskKubernetesBackend):
     ``namespace`` (its Secret, or its live worker pods). The resources describe the workers
     that are there (GPU tasks still go to GPU workers); nothing is submitted or removed:
     scaling stays with the backend that started the cluster. :attr:`cluster` is the
-    scheduler's address.
+    scheduler's address. Where nothing is recorded and ``cluster_port`` is given, the
+    scheduler is where openff-evaluator's backend puts it: the Service
+    ``<cluster_name>-scheduler.<namespace>.svc.cluster.local:<cluster_port>``.
     """
 
     def __init__(self, *args: Any, scheduler_address: str | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.scheduler_address = None if scheduler_address is None else validate_value(
+        address = None if scheduler_address is None else validate_value(
             Address, scheduler_address, "scheduler_address")
+        super().__init__(*args, **kwargs)
+        self.scheduler_address = address
 
     def find_scheduler_address(self) -> str:
         """The scheduler address the cluster recorded (one, or an error saying what to do)."""
         self.system.connect()
         addresses = self.system.scheduler_addresses(self.cluster_name)
         selector = f"{LABEL_TAG}={pod_tag()},{LABEL_CLUSTER}={self.cluster_name}"
+        if not addresses and self.cluster_port is not None:
+            return (f"tcp://{self.cluster_name}-scheduler.{self.namespace}.svc.cluster.local:"
+                    f"{self.cluster_port}")
         if not addresses:
             raise HybridError(
                 f"no cluster {self.cluster_name!r} runs in namespace {self.namespace!r}: "
                 f"nothing labelled {selector} names its scheduler. Start it first (a "
                 "DaskKubernetesBackend with the same cluster_name and namespace), or give "
-                "scheduler_address=...")
+                "scheduler_address=... (or cluster_port=..., for a cluster openff-evaluator "
+                "started)")
         if len(addresses) > 1:
             raise HybridError(
                 f"cluster {self.cluster_name!r} in namespace {self.namespace!r} names several "
@@ -399,6 +429,14 @@ class DaskKubernetesExistingBackend(BaseDaskKubernetesBackend):
         BaseDaskBackend.stop(self)
 
 
+# The base's parameters, and scheduler_address (for help(), inspect and the docs).
+DaskKubernetesExistingBackend.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    BaseDaskKubernetesBackend).replace(parameters=[
+        *inspect.signature(BaseDaskKubernetesBackend).parameters.values(),
+        inspect.Parameter("scheduler_address", inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation="str | None")])
+
+
 def _groups(gpu: Any, cpu: Any) -> dict[str, PodResources]:
     """The groups, checked: the GPU group has GPUs, the CPU group none (copies)."""
     groups: dict[str, PodResources] = {}
@@ -416,7 +454,4 @@ def _groups(gpu: Any, cpu: Any) -> dict[str, PodResources]:
             raise ConfigurationError(f"{field}.number_of_gpus", resources.number_of_gpus,
                                      "0 for the CPU group")
         groups[group] = copy.deepcopy(resources)
-    if not groups:
-        raise ConfigurationError("gpu_resources_per_worker", None,
-                                 "PodResources for the GPU group, the CPU group or both")
     return groups

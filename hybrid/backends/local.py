@@ -124,14 +124,16 @@ class DaskLocalCluster(BaseDaskBackend):
         self,
         number_of_workers: int = 1,
         resources_per_worker: ComputeResources | None = None,
+        *,
         annotate_resources: bool | None = None,
         pools: Mapping[str, tuple[int, ComputeResources]] | None = None,
         gpu_fraction: float | None = None,
         dashboard_address: str | None = ":0",
         silence_logs: int | str = logging.WARNING,
     ):
-        super().__init__(annotate_resources, gpu_fraction)
         resources_per_worker = resources_per_worker or ComputeResources()
+        super().__init__(number_of_workers, resources_per_worker,
+                         annotate_resources=annotate_resources, gpu_fraction=gpu_fraction)
         if isinstance(number_of_workers, bool) or not isinstance(number_of_workers, int) or (
             number_of_workers < 0
         ):

@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
-from hybrid.batch.base import CommandLineSystem, JobState, ReservedOptions
+from hybrid.batch.base import CommandLineSystem, JobState, ReservedOptions, SystemSettings
 from hybrid.errors import BatchError
+from hybrid.fields import one_line
 
 #: qstat/qdel words meaning "that job is no longer there", not a failure of the tool.
 _GONE = ("Unknown Job Id", "Job has finished", "job has finished")
@@ -85,12 +87,21 @@ def pbs_state(attributes: dict[str, Any]) -> tuple[JobState, str | None]:
     return JobState.pending, comment or f"unknown PBS state {state!r}"
 
 
+class PBSSettings(SystemSettings):
+    """``hybrid.batch.pbs``: the resource line, when the site wants its own."""
+
+    resource_spec: Annotated[str, one_line(
+        'a "#PBS -l" resource line, e.g. "select=1:ncpus=4:mem=8gb"')] | None = None
+
+
 class PBS(CommandLineSystem):
     """A PBS Pro or OpenPBS server reached through ``qsub``/``qstat``/``qdel`` on this node."""
 
     name = "pbs"
     template = "pbs.sh.j2"
     tools = ("qsub", "qstat", "qdel")
+    Settings = PBSSettings
+    settings: PBSSettings
     submit_command = ("qsub",)
     remove_command = "qdel"
     gone_words = _GONE
@@ -102,6 +113,11 @@ class PBS(CommandLineSystem):
         short={"J": "the job array", "N": "the job name", "o": "the job's log file",
                "e": "the job's log file", "j": "the job's log file"},
         flags="fhIVXz")
+
+    def context(self, job: Any, staging: Path, count: int) -> dict[str, Any]:
+        """The shared variables, and the site's own resource line (``resource_spec``)."""
+        return {**super().context(job, staging, count),
+                "resource_spec": self.settings.resource_spec}
 
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``SEQ[].server`` for an array (subjobs ``SEQ[i].server``), ``SEQ.server`` for one."""

@@ -16,7 +16,15 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer
 
-from hybrid.fields import LINE_BREAKS, Memory, reject
+from hybrid.fields import (
+    DNS_SUBDOMAIN,
+    LINE_BREAKS,
+    QUALIFIED_NAME_PART,
+    Memory,
+    ResourceLimits,
+    is_qualified_name,
+    reject,
+)
 
 __all__ = [
     "Bytes",
@@ -28,6 +36,7 @@ __all__ = [
     "LabelValue",
     "Labels",
     "MountPath",
+    "ResourceLimits",
     "ResourceName",
     "SubPath",
     "Word",
@@ -38,8 +47,6 @@ __all__ = [
 ]
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 DNS_LABEL_RULE = "1-63 characters from a-z 0-9 -, starting and ending with a letter or digit"
 DNS_SUBDOMAIN_RULE = ("1-253 characters from a-z 0-9 - ., each dot-separated part starting "
@@ -63,28 +70,19 @@ def dns_subdomain(value: Any) -> Any:
     """A DNS-1123 subdomain (pod, secret, claim, service account, storage class names)."""
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+    if not isinstance(value, str) or len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
         raise reject(DNS_SUBDOMAIN_RULE)
     return value
 
 
-def _is_label_key(value: Any) -> bool:
-    if not isinstance(value, str) or value.count("/") > 1:
-        return False
-    prefix, _, name = value.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        return False
-    return bool(name) and len(name) <= 63 and bool(_LABEL_NAME.fullmatch(name))
-
-
 def _is_label_value(value: Any) -> bool:
     return isinstance(value, str) and len(value) <= 63 and (
-        not value or bool(_LABEL_NAME.fullmatch(value)))
+        not value or bool(QUALIFIED_NAME_PART.fullmatch(value)))
 
 
 def label_key(value: Any) -> Any:
     """A qualified label key ``[prefix/]name``."""
-    if not _is_label_key(value):
+    if not is_qualified_name(value):
         raise reject(LABEL_KEY_RULE)
     return value
 
@@ -102,7 +100,7 @@ def _labels(value: Any) -> Any:
     if not isinstance(value, Mapping):
         raise reject("a mapping of label keys to string values, e.g. {'team': 'chemistry'}")
     for key, text in value.items():
-        if not _is_label_key(key):
+        if not is_qualified_name(key):
             raise reject(f"{LABEL_KEY_RULE} as keys; {key!r} is not one")
         if not _is_label_value(text):
             raise reject(f"{LABEL_VALUE_RULE}; the value of {key!r}, {text!r}, is not one")
@@ -159,7 +157,7 @@ def _kube_config(value: Any) -> Any:
 
 
 def _resource_name(value: Any) -> Any:
-    if not _is_label_key(value) or "/" not in value:
+    if not is_qualified_name(value) or "/" not in value:
         raise reject('an extended resource name with a domain, e.g. "nvidia.com/gpu" or '
                      '"amd.com/gpu"')
     return value
@@ -191,3 +189,4 @@ Bytes = Annotated[Memory, PlainSerializer(lambda n: f"{n} B", return_type=str,
                                           when_used="json")]
 #: An extended resource name with a domain (``nvidia.com/gpu``).
 ResourceName = Annotated[str, BeforeValidator(_resource_name)]
+

@@ -113,7 +113,7 @@ class KubernetesPods(BatchSystem):
     # ------------------------------------------------------------------ pools
     @classmethod
     def options_from_resources(cls, resources: Any) -> dict[str, Any]:
-        """A ``PodResources``' affinity, tolerations and ephemeral storage."""
+        """A ``PodResources``' affinity, tolerations, further limits and ephemeral storage."""
         from hybrid.resources import PodResources
         from hybrid.units import to_bytes
 
@@ -124,6 +124,8 @@ class KubernetesPods(BatchSystem):
             options["affinity"] = copy.deepcopy(resources.affinity_specification)
         if resources.tolerations:
             options["tolerations"] = copy.deepcopy(resources.tolerations)
+        if resources.additional_limit_specifications:
+            options["resource_limits"] = dict(resources.additional_limit_specifications)
         storage = to_bytes(resources.ephemeral_storage_limit)
         if storage:
             options["ephemeral_storage"] = f"{storage} B"
@@ -196,6 +198,7 @@ class KubernetesPods(BatchSystem):
             amounts["memory"] = kubernetes_quantity(spec.memory)
         if settings.ephemeral_storage:
             amounts["ephemeral-storage"] = kubernetes_quantity(settings.ephemeral_storage)
+        amounts.update(settings.resource_limits)
         if spec.gpus:
             amounts[settings.gpu_resource_name] = str(spec.gpus)
         container: dict[str, Any] = {

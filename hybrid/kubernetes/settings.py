@@ -30,6 +30,7 @@ from hybrid.kubernetes.fields import (
     KubeConfigPath,
     Labels,
     MountPath,
+    ResourceLimits,
     ResourceName,
     Word,
     label_value,
@@ -228,6 +229,9 @@ class KubernetesSettings(SystemSettings):
         None, description="The pods' ``affinity`` (``PodResources.affinity_specification``).")
     tolerations: Annotated[tuple[dict[str, Any], ...], BeforeValidator(_tolerations)] = Field(
         (), description="The pods' ``tolerations`` (``PodResources.tolerations``).")
+    resource_limits: ResourceLimits = Field(
+        {}, description="Further resources of each pod's requests and limits, such as "
+        "``{'nvidia.com/mig-1g.5gb': '1'}`` (``PodResources.additional_limit_specifications``).")
     ephemeral_storage: Bytes | None = Field(
         None, description="Each pod's ``ephemeral-storage`` request and limit "
         "(``PodResources.ephemeral_storage_limit``).")

@@ -115,8 +115,8 @@ class KubernetesEmptyDirVolume(KubernetesVolume):
     size_limit: Bytes | None = None
 
     @_plain_data_skips
-    def __init__(self, name: Any = None, mount_path: Any = None, size_limit: Any = None,
-                 read_only: Any = False, **extra: Any) -> None:
+    def __init__(self, name: Any = None, mount_path: Any = None, read_only: Any = False, *,
+                 size_limit: Any = None, **extra: Any) -> None:
         super().__init__(kind="empty_dir", name=name, mount_path=mount_path,
                          size_limit=size_limit, read_only=read_only, **extra)
 

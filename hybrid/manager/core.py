@@ -141,8 +141,10 @@ class PoolManager(WaitingForWorkers, Closing):
                 pool.staging.remove()
                 pool.staging = None
             if isinstance(error, (BatchError, ConfigurationError, OSError)):
+                # a missing tool stays missing: the pool gives up at once
                 self._failure(pool, f"submitting {count} worker job(s) to "
-                                    f"{pool.system.name} failed: {error}")
+                                    f"{pool.system.name} failed: {error}",
+                              final=isinstance(error, ToolMissing))
             raise
         pool.submit_calls += 1
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
@@ -242,13 +244,14 @@ class PoolManager(WaitingForWorkers, Closing):
                 status.reason or "no reason given by the batch system yet", pool.system.name,
                 self.cluster)
 
-    def _failure(self, pool: ManagedPool, why: str) -> None:
+    def _failure(self, pool: ManagedPool, why: str, final: bool = False) -> None:
         pool.failures += 1
         logger.warning("pool %s: %s", pool.name, why)
         limit = int(config.get("batch.max-failures", 3))
-        if pool.failures >= limit and pool.failed is None:
-            pool.failed = (f"{pool.failures} failures in a row (hybrid.batch.max-failures = "
-                           f"{limit}); the last: {why}")
+        if (final or pool.failures >= limit) and pool.failed is None:
+            pool.failed = why if final else (
+                f"{pool.failures} failures in a row (hybrid.batch.max-failures = {limit}); "
+                f"the last: {why}")
             logger.error("pool %s gives up: %s", pool.name, pool.failed)
             # whoever waits for this pool's workers hears it now, not at the next reconcile
             pool.giving_up = asyncio.ensure_future(self._give_up(pool))
@@ -419,12 +422,10 @@ class PoolManager(WaitingForWorkers, Closing):
             await self.submit(pool, missing)
 
     async def _give_up(self, pool: ManagedPool) -> None:
-        """Stop the pool's adaptivity; fail the tasks no other pool will run."""
+        """Stop the pool's adaptivity; fail the waiting tasks no other pool will run (at
+        every reconcile, so that tasks submitted later fail too)."""
         if pool.adaptive is not None:
             pool.adaptive.stop()
-        if getattr(pool, "_tasks_failed", False):
-            return
-        pool._tasks_failed = True  # type: ignore[attr-defined]
         others = set().union(*(p.served for p in self.pools.values()
                                if p is not pool and not p.failed))
         orphaned = pool.served - others
@@ -442,7 +443,7 @@ class PoolManager(WaitingForWorkers, Closing):
         while not self._closed:
             await asyncio.sleep(interval)
             for pool in list(self.pools.values()):
-                if not pool.used:
+                if not pool.used and not pool.failed:  # a failed pool fails new tasks too
                     continue
                 try:
                     await self.reconcile(pool)

@@ -47,6 +47,7 @@ class WaitingForWorkers:
         if not pools:
             raise ConfigurationError("pool", pool, "a pool: add one first with "
                                      "cluster.add_pool(name, system=...)")
+        self._check_failed(pools)  # a pool that gave up: at once, not after a poll
         label = pools[0].name if len(pools) == 1 else "all pools"
         limit = None if timeout is None else parse_timedelta(timeout)
         deadline = None if limit is None else time.monotonic() + limit
@@ -84,10 +85,14 @@ class WaitingForWorkers:
             if display is not None:
                 display.close(outcome)
 
-    def _check_progress(self, pools: list[ManagedPool], n: int, have: int) -> None:
+    @staticmethod
+    def _check_failed(pools: list[ManagedPool]) -> None:
         failed = [p for p in pools if p.failed]
         if failed:
             raise PoolFailed("; ".join(f"pool {p.name} gave up: {p.failed}" for p in failed))
+
+    def _check_progress(self, pools: list[ManagedPool], n: int, have: int) -> None:
+        self._check_failed(pools)
         held = [s for p in pools for s in p.jobs.values() if s.state is JobState.held]
         if held and config.get("batch.held-jobs", "report") != "replace":
             raise WorkersDidNotArrive(

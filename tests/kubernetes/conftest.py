@@ -38,14 +38,16 @@ def gpu_resources(minimum: int = 0, maximum: int = 2, **changes) -> PodResources
                     tolerations=copy.deepcopy(GPU_TOLERATIONS),
                     affinity_specification=copy.deepcopy(GPU_AFFINITY))
     settings.update(changes)
-    return PodResources(minimum, maximum, **settings)
+    return PodResources(minimum_number_of_workers=minimum, maximum_number_of_workers=maximum,
+                        **settings)
 
 
 def cpu_resources(minimum: int = 0, maximum: int = 2, **changes) -> PodResources:
     """A CPU group: one thread per pod, no GPU, no affinity."""
     settings = dict(number_of_threads=1, memory_limit="1 GiB", ephemeral_storage_limit="1 GiB")
     settings.update(changes)
-    return PodResources(minimum, maximum, **settings)
+    return PodResources(minimum_number_of_workers=minimum, maximum_number_of_workers=maximum,
+                        **settings)
 
 
 def worker_job(system: KubernetesPods | str = "kubernetes", resources: PodResources | None = None,

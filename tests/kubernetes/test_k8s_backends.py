@@ -12,6 +12,7 @@ from hybrid.backends.kubernetes import DaskKubernetesBackend, DaskKubernetesExis
 from hybrid.cluster import HybridCluster
 from hybrid.errors import ConfigurationError, HybridError, WorkersDidNotArrive
 from hybrid.kubernetes import (
+    KubernetesEmptyDirVolume,
     KubernetesPersistentVolumeClaim,
     KubernetesPods,
     KubernetesSecret,
@@ -25,6 +26,9 @@ from tests.kubernetes.conftest import MISSING_IMAGE, cpu_resources, gpu_resource
 from tests.kubernetes.test_k8s_pods import nothing_left, wait_until
 
 LICENSE_TEXT = "OpenEye license for the tests\n#LICENSE-123\n"
+#: A volume for backends that need no shared one (the backends refuse none, as
+#: openff-evaluator's do).
+SCRATCH = [KubernetesEmptyDirVolume("scratch", "/scratch")]
 
 
 def created(kube, pool: str) -> list[str]:
@@ -103,7 +107,7 @@ def test_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
         with DaskKubernetesExistingBackend(
                 cluster_name="evaluator", gpu_resources_per_worker=gpu_resources(1, 2),
                 cpu_resources_per_worker=cpu_resources(0, 1), annotate_resources=True,
-                api_client=api) as existing:
+                volumes=SCRATCH, api_client=api) as existing:
             assert existing.cluster == backend.cluster.scheduler_address
             name = existing.submit_task(_tasks.worker_name, gpu_task=True).result(60)
             assert name.startswith("evaluator-gpu-")
@@ -127,7 +131,7 @@ def test_a_failed_start_reports_why_and_leaves_nothing(kube) -> None:
     backend = DaskKubernetesBackend(
         cluster_name="no-image", image=MISSING_IMAGE,
         gpu_resources_per_worker=gpu_resources(minimum=1, maximum=1),
-        cpu_resources_per_worker=cpu_resources(minimum=1, maximum=1),
+        cpu_resources_per_worker=cpu_resources(minimum=1, maximum=1), volumes=SCRATCH,
         cluster_kwargs={"resource_timeout": 60}, api_client=kube.api_client())
     with pytest.raises(WorkersDidNotArrive) as error:
         with backend:
@@ -145,7 +149,8 @@ def test_a_backend_without_kubeconfig_fails_once_with_the_fix(kube, tmp_path,
     no_configuration(monkeypatch, tmp_path)
     backend = DaskKubernetesBackend(cluster_name="no-config",
                                     gpu_resources_per_worker=gpu_resources(minimum=1),
-                                    cpu_resources_per_worker=cpu_resources(minimum=1))
+                                    cpu_resources_per_worker=cpu_resources(minimum=1),
+                                    volumes=SCRATCH)
     with pytest.raises(ConfigurationError) as error:
         with backend:
             pytest.fail("the backend cannot start without a Kubernetes configuration")
@@ -171,7 +176,7 @@ def test_a_cluster_that_never_submitted_does_not_ask_the_api_on_close(kube) -> N
 def test_a_failing_cleanup_does_not_replace_the_error(kube) -> None:
     backend = DaskKubernetesBackend(
         cluster_name="cleanup", gpu_resources_per_worker=gpu_resources(minimum=1, maximum=1),
-        cpu_resources_per_worker=None, api_client=kube.api_client(),
+        cpu_resources_per_worker=None, api_client=kube.api_client(), volumes=SCRATCH,
         cluster_kwargs={"resource_timeout": 60})
     with pytest.raises(ZeroDivisionError) as error:
         with backend:
@@ -190,7 +195,7 @@ def test_manifests_show_before_start(kube) -> None:
     """Issue 12.5: each group's pod, for reading, before anything is started."""
     backend = DaskKubernetesBackend(
         cluster_name="preview", gpu_resources_per_worker=gpu_resources(),
-        cpu_resources_per_worker=cpu_resources(), api_client=kube.api_client(),
+        cpu_resources_per_worker=cpu_resources(), api_client=kube.api_client(), volumes=SCRATCH,
         cluster_kwargs={"worker_scheduler_address": "tcp://10.1.2.3:8786"})
     text = backend.job_script()
     pods = [d for d in yaml.safe_load_all(text) if d]
@@ -198,7 +203,7 @@ def test_manifests_show_before_start(kube) -> None:
     for pod in pods:
         kubernetes_validate.validate(pod, "1.33", strict=True)
         assert "tcp://10.1.2.3:8786" in pod["spec"]["containers"][0]["command"]
-    tls = DaskKubernetesBackend(cluster_name="preview-tls", cpu_resources_per_worker=None,
+    tls = DaskKubernetesBackend(gpu_resources(), cluster_name="preview-tls", volumes=SCRATCH,
                                 cluster_kwargs={"security": True})
     [pod] = tls.manifests()["gpu"]
     assert pod["metadata"]["annotations"]["hybrid/scheduler"] == "tls://scheduler:8786"
@@ -207,8 +212,35 @@ def test_manifests_show_before_start(kube) -> None:
     assert kube.requests == []
 
 
+def test_cluster_port_is_the_schedulers_port_and_finds_a_cluster_evaluator_started(
+        kube) -> None:
+    """``cluster_port`` as in openff-evaluator (issue 24): the port the scheduler listens
+    on; for the existing backend, where no hybrid cluster is recorded, the port of the
+    scheduler Service openff-evaluator's backend makes."""
+    from distributed.utils import open_port
+
+    port = open_port()
+    api = kube.api_client()
+    backend = DaskKubernetesBackend(cpu_resources_per_worker=cpu_resources(), volumes=SCRATCH,
+                                    cluster_name="ported", cluster_port=port, api_client=api)
+    with backend:
+        assert backend.cluster.scheduler_address == f"tcp://127.0.0.1:{port}"
+        recorded = DaskKubernetesExistingBackend(
+            cpu_resources_per_worker=cpu_resources(), cluster_name="ported", cluster_port=1,
+            volumes=SCRATCH, api_client=api)
+        assert recorded.find_scheduler_address() == backend.cluster.scheduler_address
+    made_by_evaluator = DaskKubernetesExistingBackend(
+        cpu_resources_per_worker=cpu_resources(), cluster_name="evaluator", cluster_port=8786,
+        namespace="openforcefield", volumes=SCRATCH, api_client=api)
+    assert made_by_evaluator.find_scheduler_address() == (
+        "tcp://evaluator-scheduler.openforcefield.svc.cluster.local:8786")
+    assert nothing_left(kube)
+
+
 def test_existing_backend_without_a_cluster_says_how_to_fix_it(kube) -> None:
-    backend = DaskKubernetesExistingBackend(cluster_name="absent", api_client=kube.api_client())
+    backend = DaskKubernetesExistingBackend(cluster_name="absent", api_client=kube.api_client(),
+                                            cpu_resources_per_worker=cpu_resources(),
+                                            volumes=SCRATCH)
     with pytest.raises(HybridError) as error:
         backend.start()
     assert "hybrid/cluster=absent" in str(error.value)
@@ -233,9 +265,12 @@ def test_existing_backend_without_a_cluster_says_how_to_fix_it(kube) -> None:
     (lambda: DaskKubernetesBackend(cluster_kwargs={"n_workers": 3}), "cluster_kwargs"),
     (lambda: DaskKubernetesBackend(cluster_kwargs={"resource_timeout": -1}),
      "cluster_kwargs['resource_timeout']"),
-    (lambda: DaskKubernetesBackend(cluster_kwargs={"processes": 0}),
+    (lambda: DaskKubernetesBackend(cpu_resources_per_worker=cpu_resources(),
+                                   cluster_kwargs={"processes": 0}),
      "cluster_kwargs['processes']"),
-    (lambda: DaskKubernetesBackend(cluster_kwargs={"queue": "gpu"}), "cluster_kwargs['queue']"),
+    (lambda: DaskKubernetesBackend(cpu_resources_per_worker=cpu_resources(),
+                                   cluster_kwargs={"queue": "gpu"}),
+     "cluster_kwargs['queue']"),
     (lambda: DaskKubernetesBackend(cluster_name="has space"), "cluster_name"),
     (lambda: DaskKubernetesBackend(namespace="Evaluator"), "namespace"),
     (lambda: DaskKubernetesBackend(secrets=[KubernetesSecret("lic", "oe-license")]),

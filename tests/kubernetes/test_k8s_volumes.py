@@ -45,7 +45,7 @@ def test_claim_and_scratch_volumes() -> None:
     dotted = KubernetesPersistentVolumeClaim("data.v2", "/data", read_only=True)
     assert dotted.volume()["persistentVolumeClaim"] == {"claimName": "data.v2", "readOnly": True}
     assert "." not in dotted.volume_name and dotted.volume_name.startswith("data-v2-")
-    scratch = KubernetesEmptyDirVolume("scratch", "/scratch", 500 * unit.megabytes)
+    scratch = KubernetesEmptyDirVolume("scratch", "/scratch", size_limit=500 * unit.megabytes)
     assert scratch.volume() == {"name": "scratch", "emptyDir": {"sizeLimit": "500M"}}
     unlimited = KubernetesEmptyDirVolume("tmp", "/tmp")
     assert unlimited.volume() == {"name": "tmp", "emptyDir": {}}
@@ -57,7 +57,7 @@ def test_volumes_compare_by_value_pickle_and_travel_as_plain_data() -> None:
     assert secret == KubernetesSecret("a", "b", "/c", sub_path="d")
     assert secret != KubernetesSecret("a", "b", "/c")
     assert pickle.loads(pickle.dumps(secret)) == secret
-    scratch = KubernetesEmptyDirVolume("s", "/s", "1 GiB")
+    scratch = KubernetesEmptyDirVolume("s", "/s", size_limit="1 GiB")
     assert pickle.loads(pickle.dumps(scratch)) == scratch
     assert len({secret, KubernetesSecret("a", "b", "/c", sub_path="d")}) == 1
     # As a system's settings they become JSON and come back as the same objects.

@@ -1,0 +1,4 @@
+class CondaExecutableNotFoundWarning(UserWarning):
+    """
+    A conda (or mamba/micromamba) executable is not found.
+    """

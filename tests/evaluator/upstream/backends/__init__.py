@@ -1,0 +1,7 @@
+from .backends import CalculationBackend, ComputeResources, QueueWorkerResources
+
+__all__ = [
+    ComputeResources,
+    CalculationBackend,
+    QueueWorkerResources,
+]
