@@ -51,6 +51,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--md-on-cpu", action="store_true",
                    help="run the GPU benchmark's workload on the CPU platform where no GPU is "
                    "found (checks the code; no P5 verdict)")
+    p.add_argument("--gpu-budget", type=float, help="seconds the GPU benchmark may take "
+                   "(default 460: a whole run within 10 minutes on one GPU)")
+    p.add_argument("--gpu-json", help="also write the GPU benchmark's raw record (every "
+                   "simulation: where and when it ran) to this file")
     p.add_argument("--json", dest="json_path",
                    help="where to write the JSON (default: a new file in the temp directory)")
     p.add_argument("--markdown", help="also write the tables, as Markdown, to this file")
@@ -78,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         "reconcile": lambda: reconcile.run(results, args.systems,
                                            args.reconcile_jobs or (100 if quick else 10_000),
                                            repeats),
-        "gpu-md": lambda: gpu.run(results, repeats, allow_cpu=args.md_on_cpu, **(
-            {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "gpu_workers": 1,
-             "cpu_workers": 1, "cpu_threads": 1} if quick else {})),
+        "gpu-md": lambda: gpu.run(results, repeats, allow_cpu=args.md_on_cpu,
+                                  raw_path=args.gpu_json, **({"budget": args.gpu_budget}
+                                                             if args.gpu_budget else {}), **(
+            {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
+             "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})),
     }
     broken = []
     started = time.monotonic()

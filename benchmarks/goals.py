@@ -1,4 +1,4 @@
-"""The goals of issue 14 (P1-P7), checked against the measures of one run."""
+"""The goals of issue 14 (P1-P7) and issue 26 (P8-P10), checked against one run's measures."""
 
 from __future__ import annotations
 
@@ -97,23 +97,58 @@ def reconcile_goal(results: Results) -> list[Goal]:
     return out or [_missing("P6", "one poll of 10,000 jobs < 1 s", "not run")]
 
 
+#: The GPU goals: P5 (issue 14) and P8-P10 (issue 26), by name: their text.
+GPU_GOALS = {
+    "P5": "GPU busy >= 90 % annotated; makespan <= 0.6x unannotated",
+    "P8": "ns/day of the simulations sharing the GPU (default sharing) >= 3.5x one alone",
+    "P9": "annotated makespan, default sharing <= 0.3x without sharing",
+    "P10": "annotated makespan, default sharing <= 0.2x not annotated",
+}
+
+
 def gpu_goal(results: Results) -> list[Goal]:
-    """P5: GPU busy >= 90 % annotated, makespan <= 0.6x the unannotated one."""
+    """P5 and P8-P10 from the gpu-md measures (see benchmarks/gpu.py)."""
     skip = next((s for s in results.skips if s.benchmark == "gpu-md"), None)
-    text = "GPU busy >= 90 % annotated; makespan <= 0.6x unannotated"
-    spans = [m for m in results.measures if m.benchmark == "gpu-md"]
-    if skip is not None or not spans:
-        return [_missing("P5", text, skip.why if skip else "not run")]
-    system, config = spans[0].system, spans[0].config
-    if system != "local GPU":
-        return [_missing("P5", text, "ran on the CPU platform only (no GPU)")]
-    on = results.find("gpu-md", system, config, "annotated: makespan")
-    off = results.find("gpu-md", system, config, "not annotated: makespan")
-    busy = results.find("gpu-md", system, config, "annotated: GPU busy")
-    r = ratio(on, off)
+    measures = [m for m in results.measures if m.benchmark == "gpu-md"]
+    alone = next((m for m in measures if m.variant == "one simulation alone: ns/day"), None)
+    if skip is not None or alone is None:
+        why = skip.why if skip else "not run"
+        return [_missing(goal, text, why) for goal, text in GPU_GOALS.items()]
+    if alone.system != "local GPU":
+        return [_missing(goal, text, "ran on the CPU platform only (no GPU)")
+                for goal, text in GPU_GOALS.items()]
+    system, config = alone.system, alone.config
+
+    def find(variant: str, at: str = config) -> Measure | None:
+        return results.find("gpu-md", system, at, variant)
+
+    off = next((m for m in measures if m.variant.startswith("not annotated: makespan")), None)
+    small = off.config if off else config
+    on_small = find("annotated, default: makespan", small)
+    cut = off is not None and "cut off" in off.variant
+    busy = find("annotated, default: GPU busy")
     b = busy.median() if busy else None
-    met = None if r is None or b is None else r <= 0.6 and b >= 90
-    return [Goal("P5", text, f"busy {fmt(b)} %, makespan {_x(r)}", met)]
+    vs_off = ratio(on_small, off)
+    p5 = None if vs_off is None or b is None else vs_off <= 0.6 and b >= 90
+    from hybrid.gpusharing import MPS_TASKS_PER_GPU
+
+    # steady state: the default sharing's k simulations stepping at once (the sweep); the
+    # workload's figure, over every moment a simulation stepped, is shown beside it
+    together = ratio(find(f"MPS processes, {MPS_TASKS_PER_GPU} at once: ns/day"), alone)
+    in_workload = ratio(find("annotated, default: ns/day together"), alone)
+    p9 = ratio(find("annotated, default: makespan"), find("annotated, no sharing: makespan"))
+    sliced = ratio(find("annotated, default: makespan"),
+                   find("annotated, time-sliced x2: makespan"))
+    bound = " (the unannotated run was cut off: an upper bound)" if cut else ""
+    return [
+        Goal("P5", GPU_GOALS["P5"], f"busy {fmt(b)} %, makespan {_x(vs_off)}{bound}", p5),
+        Goal("P8", GPU_GOALS["P8"], f"{_x(together)} ({MPS_TASKS_PER_GPU} at once; over the "
+             f"whole workload {_x(in_workload)})", None if together is None else together >= 3.5),
+        Goal("P9", GPU_GOALS["P9"], f"{_x(p9)} (time-sliced x2: {_x(sliced)})",
+             None if p9 is None else p9 <= 0.3),
+        Goal("P10", GPU_GOALS["P10"], f"{_x(vs_off)}{bound}",
+             None if vs_off is None else vs_off <= 0.2),
+    ]
 
 
 def evaluate(results: Results) -> list[Goal]:

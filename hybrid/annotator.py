@@ -4,10 +4,12 @@ A task is a GPU task only by explicit metadata: the :func:`gpu_task` decorator o
 function, the ``gpu_task=True`` keyword of :meth:`ResourceAnnotator.submit`, or the
 :func:`gpu_tasks` context (a ``dask.annotate``). Task contents are never inspected.
 
-GPU tasks ask for ``{"GPU": fraction}`` (``hybrid.annotator.gpu-fraction``, 0.5 so that two
-share one GPU); every other task asks for ``{"notGPU": 1}``. GPU workers advertise
-``GPU=<gpus> notGPU=0`` and CPU workers ``GPU=0 notGPU=<threads>``
-(:func:`worker_resources`), so neither kind of task can land on the other kind of worker.
+GPU tasks ask for ``{"GPU": fraction}`` (``hybrid.annotator.gpu-fraction``, 0.5); every other
+task asks for ``{"notGPU": 1}``. GPU workers advertise ``GPU=<gpus> notGPU=0`` (a pool's: their
+GPU task slots) and CPU workers ``GPU=0 notGPU=<threads>`` (:func:`worker_resources`), so
+neither kind of task can land on the other kind of worker. ``compute`` and ``persist`` also
+give GPU tasks and the tasks they wait for a higher priority (``hybrid.annotator.feed-priority``),
+so that CPU workers prepare the GPUs' inputs first.
 """
 
 from __future__ import annotations
@@ -111,65 +113,128 @@ class ResourceAnnotator:
             kwargs["resources"] = resources
         return Client.map(self.client, function, *iterables, **kwargs)
 
-    def annotate_collection(self, collection: Any) -> Any:
-        """A copy of a ``Delayed`` whose tasks carry GPU/notGPU resources.
+    def annotate_collection(self, collection: Any, priority: int = 0) -> Any:
+        """A copy of a ``Delayed`` whose tasks carry GPU/notGPU resources and priorities.
 
         Other collections (arrays, dataframes) are returned as they are: mark their GPU
         parts with :func:`gpu_tasks` when building them.
 
         Tasks of :func:`gpu_task` functions ask for a GPU share; tasks that already carry a
         ``resources`` annotation (from :func:`gpu_tasks` or ``dask.annotate``) keep it; every
-        other task asks for ``notGPU``.
+        other task asks for ``notGPU``. GPU tasks, and every task whose result a GPU task
+        waits for, get ``priority + hybrid.annotator.feed-priority`` (distributed runs higher
+        priorities first), so CPU workers prepare the GPUs' inputs before other CPU work;
+        a task's own ``priority`` annotation is kept, and so are its other annotations.
         """
-        if not self.enabled or not isinstance(collection, Delayed):
-            return collection
-        graph = collection.__dask_graph__()
-        if not isinstance(graph, HighLevelGraph):
-            graph = HighLevelGraph.from_collections("hybrid-graph", dict(graph), [])
-        explicit: dict[Any, Any] = {}
-        for layer in graph.layers.values():
-            resources = (layer.annotations or {}).get("resources")
-            if resources is not None:
-                for key in layer:
-                    value = resources(key) if callable(resources) else resources
-                    if isinstance(value, dict):
-                        explicit[key] = value
-        groups: dict[tuple, dict[Any, Any]] = {}
-        for key, task in dict(graph).items():
-            if key in explicit:
-                resources = explicit[key]
-            else:
-                resources = task_resources(is_gpu_task(getattr(task, "func", None)), self.fraction)
-            groups.setdefault(_freeze(resources), {})[key] = task
-        # The group holding the output key takes the collection's layer name, which
-        # Delayed requires to find itself in the new graph.
-        output_layer = collection.__dask_layers__()[0]
-        layers: dict[str, MaterializedLayer] = {}
-        for i, (frozen, part) in enumerate(groups.items()):
-            name = output_layer if collection.key in part else f"hybrid-resources-{i}"
-            layers[name] = MaterializedLayer(part, annotations={"resources": dict(frozen)})
-        new_graph = HighLevelGraph(layers, {name: set() for name in layers})
-        return Delayed(collection.key, new_graph, length=getattr(collection, "_length", None))
+        return self.annotate_collections([collection], priority)[0]
+
+    def annotate_collections(self, collections: list[Any], priority: int = 0) -> list[Any]:
+        """:meth:`annotate_collection` of several collections computed together: a task
+        they share gets the same annotations in each (its priority from all of them)."""
+        delayed = [c for c in collections if self.enabled and isinstance(c, Delayed)]
+        if not delayed:
+            return list(collections)
+        graphs = []
+        for collection in delayed:
+            graph = collection.__dask_graph__()
+            if not isinstance(graph, HighLevelGraph):
+                graph = HighLevelGraph.from_collections("hybrid-graph", dict(graph), [])
+            graphs.append(graph)
+        annotations = self._annotations(graphs, priority)
+        rebuilt = {id(c): _rebuild(c, g, annotations)
+                   for c, g in zip(delayed, graphs, strict=True)}
+        return [rebuilt.get(id(c), c) for c in collections]
+
+    def _annotations(self, graphs: list[HighLevelGraph], priority: int) -> dict[Any, dict]:
+        """Every task's annotations (see :meth:`annotate_collection`)."""
+        given: dict[Any, dict[str, Any]] = {}
+        tasks: dict[Any, Any] = {}
+        for graph in graphs:
+            for layer in graph.layers.values():
+                for name, value in (layer.annotations or {}).items():
+                    for key in layer:
+                        given.setdefault(key, {})[name] = (value(key) if callable(value)
+                                                           else value)
+            tasks.update(dict(graph))
+        annotations: dict[Any, dict[str, Any]] = {}
+        gpu_keys = []
+        for key, task in tasks.items():
+            mine = dict(given.get(key, {}))
+            if not isinstance(mine.get("resources"), dict):
+                gpu = is_gpu_task(getattr(task, "func", None))
+                mine["resources"] = task_resources(gpu, self.fraction)
+            if GPU in mine["resources"]:
+                gpu_keys.append(key)
+            annotations[key] = mine
+        bump = feed_priority()
+        if bump and gpu_keys:
+            for key in _ancestors(tasks, gpu_keys):
+                annotations[key].setdefault("priority", priority + bump)
+        return annotations
+
+    def _annotated(self, collections: Any, priority: Any) -> Any:
+        base = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+        if isinstance(collections, (list, tuple)):
+            return type(collections)(self.annotate_collections(list(collections), base))
+        return self.annotate_collection(collections, base)
 
     def compute(self, collections: Any, *args: Any, **kwargs: Any):
-        """``client.compute`` of delayed collections with resources applied."""
-        if isinstance(collections, (list, tuple)):
-            collections = type(collections)(self.annotate_collection(c) for c in collections)
-        else:
-            collections = self.annotate_collection(collections)
+        """``client.compute`` of delayed collections with resources and priorities applied."""
+        collections = self._annotated(collections, kwargs.get("priority", 0))
         return Client.compute(self.client, collections, *args, **kwargs)
 
     def persist(self, collections: Any, *args: Any, **kwargs: Any):
-        """``client.persist`` of delayed collections with resources applied."""
-        if isinstance(collections, (list, tuple)):
-            collections = type(collections)(self.annotate_collection(c) for c in collections)
-        else:
-            collections = self.annotate_collection(collections)
+        """``client.persist`` of delayed collections with resources and priorities applied."""
+        collections = self._annotated(collections, kwargs.get("priority", 0))
         return Client.persist(self.client, collections, *args, **kwargs)
 
 
-def _freeze(resources: dict[str, float]) -> tuple:
-    return tuple(sorted(resources.items()))
+def _rebuild(collection: Delayed, graph: HighLevelGraph,
+             annotations: dict[Any, dict[str, Any]]) -> Delayed:
+    """``collection`` as ONE layer of all its tasks, annotated key by key.
+
+    One layer, because layers of a high-level graph must declare what they depend on, and
+    tasks grouped by their annotations depend on each other both ways (a packing feeds a
+    simulation that feeds the next packing). Each annotation is the ``get`` of a mapping from
+    key to value (picklable without hybrid on the scheduler, which applies it); a key the
+    mapping lacks gets nothing (distributed skips ``None``): the caller's ``priority=``,
+    say.
+    """
+    tasks = dict(graph)
+    by_type: dict[str, dict[Any, Any]] = {}
+    for key in tasks:
+        for name, value in annotations[key].items():
+            by_type.setdefault(name, {})[key] = value
+    layer = MaterializedLayer(tasks, annotations={name: values.get
+                                                  for name, values in by_type.items()})
+    # The layer takes the collection's name, which Delayed requires to find itself.
+    name = collection.__dask_layers__()[0]
+    return Delayed(collection.key, HighLevelGraph({name: layer}, {name: set()}),
+                   length=getattr(collection, "_length", None))
+
+
+def feed_priority() -> int:
+    """``hybrid.annotator.feed-priority``, validated: how much higher GPU tasks and the tasks
+    they wait for are prioritised (0: not at all)."""
+    value = config.get("annotator.feed-priority", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError("hybrid.annotator.feed-priority", value,
+                                 "a whole number >= 0 (0 turns feeding the GPU first off)")
+    return value
+
+
+def _ancestors(tasks: dict[Any, Any], keys: list[Any]) -> set[Any]:
+    """``keys`` and every task they depend on, directly or not."""
+    from dask.core import get_dependencies
+
+    seen = set(keys)
+    stack = list(keys)
+    while stack:
+        for dependency in get_dependencies(tasks, stack.pop()):
+            if dependency not in seen and dependency in tasks:
+                seen.add(dependency)
+                stack.append(dependency)
+    return seen
 
 
 class HybridClient(Client):

@@ -132,10 +132,12 @@ def md_platform() -> Any:
     return openmm.Platform.getPlatformByName("CPU")
 
 
-@gpu_task
-def simulate_box(box: dict[str, Any], steps: int = 1000) -> dict[str, Any]:
-    """A GPU task: OpenMM minimises and runs ``steps`` 2 fs Langevin steps of a packed water
-    box (TIP3P, PME, rigid water) at 300 K; returns the speed and the platform."""
+def prepare_box(box: dict[str, Any]) -> dict[str, Any]:
+    """A CPU task: the OpenMM system of a packed box (TIP3P, PME, rigid water), serialised.
+
+    It is the part of a simulation that needs no GPU (force field assignment: pure Python,
+    seconds for big systems), split off so that CPU workers prepare the next simulations'
+    inputs while the GPU runs the current ones (docs/annotator.md, "Feeding the GPU")."""
     import openmm
     from openmm import app, unit
 
@@ -146,23 +148,44 @@ def simulate_box(box: dict[str, Any], steps: int = 1000) -> dict[str, Any]:
     system = app.ForceField("tip3p.xml").createSystem(
         pdb.topology, nonbondedMethod=app.PME,
         nonbondedCutoff=min(0.9, edge / 2 - 0.01) * unit.nanometer, constraints=app.HBonds)
+    return _where(start, system=openmm.XmlSerializer.serialize(system), pdb=box["pdb"],
+                  edge_nm=edge, seed=box.get("seed", 0))
+
+
+@gpu_task
+def simulate_box(box: dict[str, Any], steps: int = 1000, seed: int | None = None,
+                 start_at: float | None = None) -> dict[str, Any]:
+    """A GPU task: OpenMM minimises and runs ``steps`` 2 fs Langevin steps of a water box at
+    300 K (``box``: from :func:`prepare_box`, or a packed box, prepared here); returns the
+    speed, the platform and when the steps ran (``time.time()``). ``start_at``: begin the
+    steps no earlier than this ``time.time()`` (to measure several simulations at once)."""
+    import openmm
+    from openmm import app, unit
+
+    start = time.perf_counter()
+    if "system" not in box:
+        box = {**box, **prepare_box(box)}
+    pdb = app.PDBFile(io.StringIO(box["pdb"]))
+    system = openmm.XmlSerializer.deserialize(box["system"])
     integrator = openmm.LangevinMiddleIntegrator(300 * unit.kelvin, 1 / unit.picosecond,
                                                  0.002 * unit.picoseconds)
-    integrator.setRandomNumberSeed(int(box.get("seed", 0)) + 1)
+    integrator.setRandomNumberSeed((box.get("seed", 0) if seed is None else seed) + 1)
     platform = md_platform()
     properties = {}
     if platform.getName() == "CPU":
         properties["Threads"] = str(max(1, get_worker().state.nthreads))
-    simulation = app.Simulation(pdb.topology, system, integrator, platform, properties)
-    simulation.context.setPositions(pdb.positions)
-    simulation.minimizeEnergy(maxIterations=100)
-    running = time.perf_counter()
-    simulation.step(steps)
-    energy = simulation.context.getState(getEnergy=True).getPotentialEnergy()
+    context = openmm.Context(system, integrator, platform, properties)
+    context.setPositions(pdb.positions)
+    openmm.LocalEnergyMinimizer.minimize(context, 10.0, 100)
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    began, running = time.time(), time.perf_counter()
+    integrator.step(steps)
+    energy = context.getState(getEnergy=True).getPotentialEnergy()
     elapsed = time.perf_counter() - running
     return _where(start, platform=platform.getName(), steps=steps,
-                  atoms=system.getNumParticles(),
-                  ns_per_day=steps * 0.002e-3 / elapsed * 86400,
+                  atoms=system.getNumParticles(), step_seconds=elapsed, began=began,
+                  ended=began + elapsed, ns_per_day=steps * 0.002e-3 / elapsed * 86400,
                   potential_kj_per_mol=energy.value_in_unit(unit.kilojoule_per_mole))
 
 
@@ -189,6 +212,20 @@ class RunReport:
     #: md workload: the OpenMM platform of each simulation, and their speed (ns/day).
     platforms: Counter = field(default_factory=Counter)
     ns_per_day: list[float] = field(default_factory=list)
+    #: md workload: (began, ended, ns simulated, worker, platform) of each simulation's steps.
+    spans: list[tuple[float, float, float, str, str]] = field(default_factory=list)
+
+    #: The run was cut off at its timeout (its makespan is a lower bound).
+    timed_out: bool = False
+
+    def aggregate_ns_per_day(self) -> float | None:
+        """Simulated ns per day of the simulations together: their ns over the time at least
+        one of them was stepping (``None`` without simulations)."""
+        busy, end = 0.0, float("-inf")
+        for began, ended, *_ in sorted(self.spans):
+            busy += max(0.0, ended - max(began, end))
+            end = max(end, ended)
+        return sum(s[2] for s in self.spans) / busy * 86400 if busy > 0 else None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -204,57 +241,85 @@ class RunReport:
         return out
 
 
-#: ``submit(backend, simulations, packings, sizes)`` -> {future: kind}, per workload.
-Submitter = Callable[[DaskLocalCluster, int, int, dict[str, int]], dict[Any, str]]
+#: ``submit(client, simulations, packings, sizes)`` -> {future: kind}, per workload.
+Submitter = Callable[[Any, int, int, dict[str, int]], dict[Any, str]]
 
 
-def _submit_toy(backend: DaskLocalCluster, simulations: int, packings: int,
+def _submit_toy(client: Any, simulations: int, packings: int,
                 sizes: dict[str, int]) -> dict[Any, str]:
     futures = {}
     for i in range(simulations):
-        futures[backend.submit_task(simulate, i)] = "simulation"
+        futures[client.submit(simulate, i, pure=False)] = "simulation"
     for i in range(packings):
-        futures[backend.submit_task(pack_box, i)] = "packing"
+        futures[client.submit(pack_box, i, pure=False)] = "packing"
     return futures
 
 
-def _submit_md(backend: DaskLocalCluster, simulations: int, packings: int,
+def md_graph(simulations: int, packings: int, waters: int = 216, steps: int = 1000
+             ) -> tuple[list[Any], list[Any], list[Any]]:
+    """The md workload as ``dask.delayed`` tasks: ``packings`` boxes packed and prepared
+    (CPU tasks), simulation ``i`` runs box ``i % packings`` (a GPU task). Computed as one
+    graph, the annotator puts the packings and preparations the GPU waits for first."""
+    import dask
+
+    boxes = [dask.delayed(pack_water_box, pure=False)(i, waters) for i in range(packings)]
+    prepared = [dask.delayed(prepare_box, pure=False)(box) for box in boxes]
+    runs = [dask.delayed(simulate_box, pure=False)(prepared[i % packings], steps, i)
+            for i in range(simulations)]
+    return boxes, prepared, runs
+
+
+def _submit_md(client: Any, simulations: int, packings: int,
                sizes: dict[str, int]) -> dict[Any, str]:
-    """``packings`` boxes packed; simulation ``i`` runs box ``i % packings``."""
-    boxes = [backend.submit_task(pack_water_box, i, sizes.get("waters", 216), pure=False)
-             for i in range(packings)]
-    futures: dict[Any, str] = dict.fromkeys(boxes, "packing")
-    for i in range(simulations):
-        futures[backend.submit_task(simulate_box, boxes[i % packings],
-                                    sizes.get("steps", 1000), pure=False)] = "simulation"
-    return futures
+    boxes, prepared, runs = md_graph(simulations, packings, sizes.get("waters", 216),
+                                     sizes.get("steps", 1000))
+    futures = client.compute([*boxes, *prepared, *runs])
+    kinds = ["packing"] * len(boxes) + ["preparation"] * len(prepared) + [
+        "simulation"] * len(runs)
+    return dict(zip(futures, kinds, strict=True))
 
 
 WORKLOADS: dict[str, Submitter] = {"toy": _submit_toy, "md": _submit_md}
 
 
-def run_workload(backend: DaskLocalCluster, simulations: int, packings: int, annotated: bool,
+def run_workload(backend: Any, simulations: int, packings: int, annotated: bool,
                  progress: bool = True, workload: str = "toy",
-                 sizes: dict[str, int] | None = None) -> RunReport:
-    """Submit the mixed workload through ``backend`` and collect a :class:`RunReport`."""
+                 sizes: dict[str, int] | None = None,
+                 timeout: float | None = None) -> RunReport:
+    """Submit the mixed workload through ``backend`` (a hybrid backend, or a client of a
+    hybrid cluster) and collect a :class:`RunReport`; after ``timeout`` seconds the tasks
+    left are cancelled and the report says so (``timed_out``)."""
+    client = getattr(backend, "client", backend)
     report = RunReport(annotated=annotated)
-    backend.client.annotator.enabled = annotated
+    client.annotator.enabled = annotated
     start = time.perf_counter()
-    futures = WORKLOADS[workload](backend, simulations, packings, sizes or {})
+    futures = WORKLOADS[workload](client, simulations, packings, sizes or {})
     label = "annotated" if annotated else "not annotated"
+    try:
+        _collect(client, futures, report, label, progress, timeout)
+    except TimeoutError:
+        report.timed_out = True
+        client.cancel(list(futures))
+    report.wall_seconds = time.perf_counter() - start
+    return report
+
+
+def _collect(client: Any, futures: dict[Any, str], report: RunReport, label: str,
+             progress: bool, timeout: float | None) -> None:
     with tqdm(total=len(futures), desc=f"demo ({label})", unit="task", disable=not progress,
               leave=False) as bar:
-        for future in as_completed(futures, loop=backend.client.loop):
+        for future in as_completed(futures, loop=client.loop, timeout=timeout):
             result = future.result()
             kind = futures[future]
-            report.workers[kind][result["worker"]] += 1
-            report.task_seconds[kind] += result["seconds"]
+            report.workers.setdefault(kind, Counter())[result["worker"]] += 1
+            report.task_seconds[kind] = report.task_seconds.get(kind, 0.0) + result["seconds"]
             if "platform" in result:
                 report.platforms[result["platform"]] += 1
                 report.ns_per_day.append(result["ns_per_day"])
+                report.spans.append((result["began"], result["ended"],
+                                     result["steps"] * 0.002e-3, str(result["worker"]),
+                                     result["platform"]))
             bar.update(1)
-    report.wall_seconds = time.perf_counter() - start
-    return report
 
 
 def format_report(report: RunReport) -> str:

@@ -49,7 +49,9 @@ from hybrid.fields import (
     strings,
     validate,
 )
-from hybrid.routing import GPU, NOT_GPU, worker_resources
+from hybrid.gpusharing import layout, sharing_mode
+from hybrid.gpusharing import variants as gpu_variants
+from hybrid.routing import GPU, NOT_GPU
 from hybrid.systems import SYSTEMS, system_choices, system_class
 
 __all__ = ["POOL_OPTIONS", "PoolSpec", "numpydoc_parameters"]
@@ -163,6 +165,26 @@ class PoolSpec(BaseModel):
     nanny: bool | None = Field(
         None, description="Run each worker under a nanny. Default: "
         "``hybrid.worker.nanny``; ``None`` means only where needed (``processes > 1``).")
+    gpu_sharing: count(1, 64) | None = Field(
+        None, description="GPU tasks that run at once on each GPU of a job. Default: "
+        "``hybrid.worker.gpu-sharing``; ``None``: 8 where the job runs under a CUDA MPS "
+        "daemon (``gpu_mps``) and 1 where it does not, since tasks time-sliced on one GPU "
+        "run slower together than one at a time (docs/benchmarks.md). A number: that many "
+        "either way.")
+    gpu_sharing_mode: Literal["auto", "threads", "processes"] = Field(
+        "auto", description="How a GPU job runs its shared tasks: ``processes`` "
+        "(``gpus x gpu_sharing`` one-thread workers under a nanny) or ``threads`` (one worker "
+        "of ``gpus x gpu_sharing`` threads); ``auto``: processes (11 % more throughput than "
+        "threads on an H100, docs/benchmarks.md), but threads where a nanny "
+        "cannot run (``nanny=False``, ``processes > 1``, behind a gateway's proxy) or the "
+        "job's ``memory`` leaves a process less than 1 GiB. Default: "
+        "``hybrid.worker.gpu-sharing-mode``.")
+    gpu_mps: Literal["auto", "on", "off"] = Field(
+        "auto", description="CUDA MPS in a GPU pool's jobs: ``auto`` starts a daemon of the "
+        "job's own (pipe and log directories private to the job, stopped after the workers) "
+        "where ``nvidia-cuda-mps-control`` is on ``PATH``, or uses the one "
+        "``CUDA_MPS_PIPE_DIRECTORY`` names; ``on``: the job fails without one; ``off``: "
+        "never. Default: ``hybrid.worker.gpu-mps``.")
     serves_unannotated: bool | None = Field(
         None, description="Let this pool's workers take CPU (unannotated) tasks. Default: "
         "True for CPU pools, False for GPU pools; give True to a GPU pool with no CPU pool "
@@ -216,6 +238,22 @@ class PoolSpec(BaseModel):
             raise _field_error("python", self.python,
                                "no python with pixi_project or conda_env",
                                "The environment's own python runs the worker.")
+        if self.gpus and self.gpu_sharing_mode == "processes":
+            if self.processes != 1:
+                raise _field_error("processes", self.processes,
+                                   "1 in a GPU pool with gpu_sharing_mode='processes' (it "
+                                   "runs gpus x gpu_sharing worker processes per job)")
+            if self.nanny is False and max(self.gpus * k for k in gpu_variants(self)) > 1:
+                raise _field_error("nanny", self.nanny,
+                                   "a nanny (True or None) with gpu_sharing_mode='processes': "
+                                   "several worker processes per job need one",
+                                   "Give gpu_sharing_mode='threads', or leave nanny unset.")
+        elif self.gpus and self.processes > self.gpus * min(gpu_variants(self)):
+            raise _field_error("processes", self.processes,
+                               f"at most gpus x gpu_sharing ({self.gpus * min(gpu_variants(self))})"
+                               " worker processes in a GPU pool: each takes GPU tasks",
+                               "Leave processes at 1: gpu_sharing and gpu_sharing_mode say how "
+                               "a GPU job runs its tasks.")
         for key in ("container_binds", "container_options"):
             if getattr(self, key) and self.container_image is None:
                 raise _field_error(key, list(getattr(self, key)),
@@ -226,8 +264,16 @@ class PoolSpec(BaseModel):
     # ------------------------------------------------------------------ derived numbers
     @property
     def uses_nanny(self) -> bool:
-        """Whether workers run under a nanny (``nanny``, else only for ``processes > 1``)."""
-        return self.nanny if self.nanny is not None else self.processes > 1
+        """Whether workers run under a nanny (``nanny``, else only where a job runs several
+        worker processes)."""
+        return self.nanny if self.nanny is not None else self.max_processes > 1
+
+    @property
+    def max_processes(self) -> int:
+        """The most worker processes one job runs (GPU sharing by processes: under MPS)."""
+        if self.gpus and sharing_mode(self) == "processes":
+            return self.gpus * max(gpu_variants(self))
+        return self.processes
 
     @property
     def threads_per_worker(self) -> int:
@@ -250,13 +296,15 @@ class PoolSpec(BaseModel):
         return GPU if self.gpus else NOT_GPU
 
     def worker_resources(self) -> dict[str, float]:
-        """What each worker advertises (``--resources``)."""
-        return worker_resources(self.gpus, self.threads_per_worker, self.serves_cpu_tasks)
+        """What each worker advertises (``--resources``; a GPU pool: without MPS)."""
+        return layout(self).resources
 
     def tasks_per_job(self, fraction: float) -> int:
-        """How many annotated tasks one job's workers run at once."""
+        """How many annotated tasks one job's workers run at once (a GPU pool: GPU tasks
+        without MPS, or under it where ``gpu_mps="on"``)."""
         if self.gpus:
-            return max(1, int(self.gpus / fraction)) * self.processes
+            plain, shared = gpu_variants(self)
+            return self.gpus * (shared if self.gpu_mps == "on" else plain)
         return self.threads_per_worker * self.processes
 
     def launcher(self) -> list[str]:
@@ -328,7 +376,9 @@ class PoolSpec(BaseModel):
         for key, setting in (("python", "python"), ("death_timeout", "death-timeout"),
                              ("worker_port", "port-range"), ("nanny_port", "nanny-port-range"),
                              ("contact_address", "contact-address"), ("nanny", "nanny"),
-                             ("worker_extra_args", "extra-args")):
+                             ("worker_extra_args", "extra-args"),
+                             ("gpu_sharing", "gpu-sharing"),
+                             ("gpu_sharing_mode", "gpu-sharing-mode"), ("gpu_mps", "gpu-mps")):
             default(key, worker.get(setting.replace("-", "_")), f"hybrid.worker.{setting}")
         for key in ("image", "runtime", "binds", "options"):
             default(f"container_{key}", container.get(key), f"hybrid.worker.container.{key}")

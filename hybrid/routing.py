@@ -1,9 +1,10 @@
 """GPU/CPU routing as data: the resource names, what workers advertise, what tasks ask for.
 
-GPU tasks ask for ``{"GPU": fraction}`` (``hybrid.annotator.gpu-fraction``, 0.5 so that two
-share one GPU); every other task asks for ``{"notGPU": 1}``. GPU workers advertise
-``GPU=<gpus> notGPU=0`` and CPU workers ``GPU=0 notGPU=<threads>``, so neither kind of task can
-land on the other kind of worker. No ``distributed`` import: batch templates use this too.
+GPU tasks ask for ``{"GPU": fraction}`` (``hybrid.annotator.gpu-fraction``, 0.5); every other
+task asks for ``{"notGPU": 1}``. GPU workers advertise ``GPU=<gpus> notGPU=0`` (a pool's: their
+GPU task slots, :mod:`hybrid.gpusharing`) and CPU workers ``GPU=0 notGPU=<threads>``, so
+neither kind of task can land on the other kind of worker. No ``distributed`` import: batch
+templates use this too.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hybrid.errors import ConfigurationError
+from hybrid.gpusharing import layout, starts_mps, variants
 from hybrid.routing import resources_argument
 
 if TYPE_CHECKING:
@@ -83,6 +84,12 @@ class Connection:
                 f"{field}.processes", spec.processes,
                 "1 behind a gateway's proxy: several processes per job need a nanny, and a "
                 "nanny cannot pass the SNI the proxy routes by")
+        if self.sni is not None and spec.gpus and spec.gpu_sharing_mode == "processes" and (
+                spec.max_processes > 1):
+            raise ConfigurationError(
+                f"{field}.gpu_sharing_mode", spec.gpu_sharing_mode,
+                "'threads' behind a gateway's proxy: several worker processes per job need a "
+                "nanny, and a nanny cannot pass the SNI the proxy routes by")
 
 
 @dataclass(frozen=True)
@@ -124,18 +131,27 @@ def wants_dashboard(extra_args: tuple[str, ...] | list[str]) -> bool:
 
 
 def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
-                   uses_nanny: bool | None = None) -> WorkerCommand:
-    """The command a worker job of ``spec`` runs; ``tls``: the files as the job sees them."""
-    nanny = spec.uses_nanny if uses_nanny is None else uses_nanny
+                   uses_nanny: bool | None = None,
+                   tasks_per_gpu: int | None = None) -> WorkerCommand:
+    """The command a worker job of ``spec`` runs; ``tls``: the files as the job sees them;
+    ``tasks_per_gpu``: a GPU pool's sharing (default: without an MPS daemon, see
+    :mod:`hybrid.gpusharing`)."""
+    shape = layout(spec, tasks_per_gpu, nanny_possible=connection.sni is None)
+    if uses_nanny is not None:
+        nanny = uses_nanny
+    else:
+        nanny = spec.nanny if spec.nanny is not None else shape.processes > 1
+    if shape.processes > 1:
+        nanny = True  # checked by PoolSpec: only a nanny runs several workers
     if connection.sni is not None:
         nanny = False  # a nanny cannot pass the SNI to the gateway's proxy
     words = ["-m", WORKER_MODULE, connection.scheduler_address,
-             "--nthreads", str(spec.threads_per_worker)]
-    if spec.processes > 1:
-        words += ["--nworkers", str(spec.processes)]
-    if spec.memory_per_worker:
-        words += ["--memory-limit", str(spec.memory_per_worker)]
-    words += ["--resources", resources_argument(spec.worker_resources())]
+             "--nthreads", str(shape.threads)]
+    if shape.processes > 1:
+        words += ["--nworkers", str(shape.processes)]
+    if shape.memory:
+        words += ["--memory-limit", str(shape.memory)]
+    words += ["--resources", resources_argument(shape.resources)]
     if tls is not None:
         words += ["--tls-ca-file", tls.ca, "--tls-cert", tls.cert, "--tls-key", tls.key]
     if connection.sni:
@@ -155,3 +171,14 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
     words += ["--death-timeout", str(spec.death_timeout), *spec.worker_extra_args]
     return WorkerCommand(prefix=(*spec.container_prefix(), *spec.launcher()),
                          python=worker_python(spec), arguments=tuple(words))
+
+
+def worker_commands(spec: PoolSpec, connection: Connection,
+                    tls: TLSFiles | None) -> tuple[WorkerCommand, WorkerCommand | None]:
+    """The worker command without an MPS daemon, and the one under it where a GPU pool's job
+    starts or finds one and that changes the command (``None`` otherwise)."""
+    plain = worker_command(spec, connection, tls)
+    if not starts_mps(spec):
+        return plain, None
+    shared = worker_command(spec, connection, tls, tasks_per_gpu=variants(spec)[1])
+    return plain, (shared if shared != plain else None)

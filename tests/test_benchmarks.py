@@ -103,11 +103,21 @@ def test_annotation_measures_both_graphs_annotated_and_not(tmp_path):
 def test_md_workload_runs_annotated_and_not(tmp_path):
     """On this machine (no GPU) the P5 workload runs on OpenMM's CPU platform: the code is
     exercised, and P5 says it was not measured."""
-    data = run_benchmark("gpu-md", tmp_path, "--md-on-cpu")
+    raw_path = tmp_path / "gpu-raw.json"
+    data = run_benchmark("gpu-md", tmp_path, "--md-on-cpu", "--gpu-json", str(raw_path))
     found = {variant for _, _, variant in variants(data, "gpu-md")}
-    assert {"annotated: makespan", "not annotated: makespan"} <= found
+    assert {"one simulation alone: ns/day", "annotated, default: makespan",
+            "annotated, no sharing: makespan", "annotated, time-sliced x2: makespan",
+            "time-sliced, 2 at once: ns/day", "not annotated: makespan"} <= found
     on_gpu = any(system == "local GPU" for system, _, _ in variants(data, "gpu-md"))
-    assert (goals(data)["P5"][0]["met"] is not None) == on_gpu
+    for goal in ("P5", "P8", "P9", "P10"):
+        assert (goals(data)[goal][0]["met"] is not None) == on_gpu
+    raw = json.loads(raw_path.read_text())
+    runs = [phase for phase in raw["phases"] if "simulations" in phase]
+    assert runs and all(len(run["simulations"]) == 2 for run in runs)  # where each one ran
+    if not raw["mps"][0]:  # no MPS here: the MPS settings are reported as not measured
+        assert {s["what"] for s in raw["skipped"]} == {"MPS processes: ns/day",
+                                                      "MPS threads: ns/day"}
 
 
 def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
@@ -121,7 +131,8 @@ def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
     assert result.returncode == 0, result.stderr[-4000:]
     annotated, plain = json.loads(result.stdout)
     assert (annotated["annotated"], plain["annotated"]) == (True, False)
-    assert annotated["workers"] == {"simulation": {"gpu-0": 2}, "packing": {"cpu-0": 1}}
+    assert annotated["workers"] == {"simulation": {"gpu-0": 2}, "packing": {"cpu-0": 1},
+                                    "preparation": {"cpu-0": 1}}
     for run in (annotated, plain):
         assert run["platforms"] == {"CPU": 2}
         assert len(run["ns_per_day"]) == 2 and all(v > 0 for v in run["ns_per_day"])

@@ -323,6 +323,23 @@ def check_worker_environment(container_image: str | None = None,
     return ok(name, "; ".join(seen) + " present")
 
 
+def check_gpu_sharing() -> CheckResult:
+    """Whether GPU pools' jobs on this node can share a GPU under CUDA MPS."""
+    from hybrid.gpusharing import MPS_TASKS_PER_GPU, detect_gpus, mps_status
+
+    name = "GPU sharing (CUDA MPS)"
+    found, seen = mps_status()
+    if found:
+        return ok(name, f"{seen}: GPU jobs here start an MPS daemon of their own and run "
+                        f"{MPS_TASKS_PER_GPU} GPU tasks at once per GPU (gpu_sharing=None)")
+    if detect_gpus():
+        return warn(name, f"{seen}, but this node has GPUs: GPU jobs here run one GPU task "
+                          "at a time per GPU (time-sliced tasks run slower together)",
+                    "Install the NVIDIA driver's utilities (nvidia-cuda-mps-control) or put "
+                    "them on PATH in the pool's job_script_prologue.")
+    return ok(name, f"{seen} (no GPU here; execute nodes decide for themselves)")
+
+
 # --------------------------------------------------------------------------- all together
 
 
@@ -392,6 +409,7 @@ def planned_checks(options: DoctorOptions) -> list[Callable[[], CheckResult]]:
     container = config.get("worker.container", {}) or {}
     image = o.container_image or container.get("image")
     checks.append(lambda: check_worker_environment(image, o.pixi_project, o.conda_env))
+    checks.append(check_gpu_sharing)
     return checks
 
 

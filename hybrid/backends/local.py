@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,28 +13,12 @@ from distributed.deploy.subprocess import SubprocessWorker
 from hybrid.annotator import worker_resources
 from hybrid.backends.base import BaseDaskBackend
 from hybrid.errors import ConfigurationError, warn_user
+from hybrid.gpusharing import detect_gpus
 from hybrid.resources import ComputeResources
 
 
 class NoGPUWarning(UserWarning):
     """A GPU pool was started on a machine where no GPU device was found."""
-
-
-def detect_gpus() -> list[str]:
-    """Visible GPU device ids: ``CUDA_VISIBLE_DEVICES`` if set, else ``nvidia-smi``'s list."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 class LocalWorkerProcess(SubprocessWorker):

@@ -38,7 +38,8 @@ from hybrid.batch.jobs import (
 from hybrid.batch.staging import Staging, staging_root, write_private
 from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
-from hybrid.worker import TLSFiles, worker_command
+from hybrid.gpusharing import starts_mps
+from hybrid.worker import TLSFiles, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -222,6 +223,7 @@ class BatchSystem(abc.ABC):
         """Template variables shared by every system."""
         tls = self.job_paths(staging) if job.connection.tls is not None else None
         hhmm = self.walltime(job)
+        worker, worker_mps = worker_commands(job.spec, job.connection, tls)
         return {
             "job": job,
             "spec": job.spec,
@@ -234,7 +236,10 @@ class BatchSystem(abc.ABC):
             "staging": str(staging),
             "env": {**config.worker_dask_environment(), **job.spec.env},
             "prologue": list(job.spec.job_script_prologue),
-            "worker": worker_command(job.spec, job.connection, tls),
+            "worker": worker,
+            # a GPU pool's CUDA MPS ("auto"/"on"), and its worker command under the daemon
+            "mps": starts_mps(job.spec),
+            "worker_mps": worker_mps,
             "name_prefix": job.name_prefix,
             "secret_files": [tls.ca, tls.cert, tls.key] if tls else [],
             "extra_directives": list(job.spec.job_extra_directives),

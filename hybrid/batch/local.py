@@ -6,7 +6,9 @@ are ``local-<pid of the submitter>-<n>``; each job runs in its own process group
 is recorded in its staging directory (``local-jobs/<id>.json``: PID, start time, cluster,
 pool, scheduler), so another process of the same user lists and removes them too
 (``connect`` after ``close(shutdown=False)``, ``hybrid gc``); a recorded PID counts only
-while a process with that PID and that start time lives.
+while a process with that PID and that start time lives. A GPU pool's job gets its GPUs in
+``CUDA_VISIBLE_DEVICES``, taken in turn from this process's ``CUDA_VISIBLE_DEVICES`` or else
+``nvidia-smi``'s list, as a batch system hands a job the GPUs it was given.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from hybrid.batch.base import BatchSystem
 from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
 from hybrid.batch.staging import staging_directories, write_private
+from hybrid.gpusharing import detect_gpus
 
 _counter = itertools.count(1)
 RECORDS = "local-jobs"
@@ -76,13 +79,20 @@ class LocalProcesses(BatchSystem):
         script = write_private(staging / "worker.sh", self.render(job, staging, count), 0o700)
         records = staging / RECORDS
         records.mkdir(mode=0o700, exist_ok=True)
+        devices = detect_gpus() if job.spec.gpus else []
         ids = []
         for _ in range(count):
-            job_id = f"local-{os.getpid()}-{next(_counter)}"
+            number = next(_counter)
+            job_id = f"local-{os.getpid()}-{number}"
+            env = {**job_base_environment(), "HYBRID_JOB_ID": job_id}
+            if devices:  # each GPU job gets its GPUs, as a batch system's would
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(
+                    devices[(number * job.spec.gpus + j) % len(devices)]
+                    for j in range(job.spec.gpus))
             with open(self.log_path(staging, job_id), "ab") as log:
                 proc = subprocess.Popen(
                     ["/bin/bash", str(script)],
-                    env={**job_base_environment(), "HYBRID_JOB_ID": job_id},
+                    env=env,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True, cwd=staging,
                 )

@@ -32,6 +32,7 @@ from hybrid.batch.base import BatchSystem
 from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
 from hybrid.errors import ConfigurationError, attach_note
 from hybrid.fields import reject, validate
+from hybrid.gpusharing import pod_command, starts_mps
 from hybrid.kubernetes.api import (
     CONFIGURATION_FIX,
     KubernetesAPIError,
@@ -59,7 +60,7 @@ from hybrid.kubernetes.settings import (
     pod_tag,
 )
 from hybrid.units import walltime_seconds
-from hybrid.worker import Connection, TLSFiles, read_pem, worker_command
+from hybrid.worker import Connection, TLSFiles, read_pem, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -183,9 +184,16 @@ class KubernetesPods(BatchSystem):
         spec = job.spec
         tls = self._tls_paths(settings) if job.connection.tls is not None else None
         # A configured contact address names one host; each pod has its own address.
-        command = worker_command(spec.model_copy(update={"contact_address": None}),
-                                 job.connection, tls)
-        argv = replace(command, python=spec.python or settings.python).argv()
+        plain, shared = worker_commands(spec.model_copy(update={"contact_address": None}),
+                                        job.connection, tls)
+        python = spec.python or settings.python
+        argv = [escape_expansion(w) for w in replace(plain, python=python).argv()]
+        argv += ["--name", "$(HYBRID_WORKER_NAME)"]
+        if starts_mps(spec):  # a GPU pod starts its own CUDA MPS daemon, as a batch job does
+            shared_argv = [escape_expansion(w) for w in
+                           replace(shared or plain, python=python).argv()]
+            script = pod_command(spec, argv, [*shared_argv, "--name", "$(HYBRID_WORKER_NAME)"])
+            argv = [*script[:2], escape_expansion(script[2]), *script[3:]]
         env: list[dict[str, Any]] = [
             {"name": "HYBRID_JOB_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "HYBRID_WORKER_NAME",
@@ -203,7 +211,7 @@ class KubernetesPods(BatchSystem):
             amounts[settings.gpu_resource_name] = str(spec.gpus)
         container: dict[str, Any] = {
             "name": "worker", "image": settings.image,
-            "command": [escape_expansion(w) for w in argv] + ["--name", "$(HYBRID_WORKER_NAME)"],
+            "command": argv,
             "env": env, "resources": {"requests": dict(amounts), "limits": dict(amounts)}}
         if settings.image_pull_policy:
             container["imagePullPolicy"] = settings.image_pull_policy

@@ -151,7 +151,7 @@ class ManagedPool:
         if not worker_name.startswith(prefix):
             return None
         suffix = worker_name[len(prefix):]
-        if self.spec.processes > 1 and "-" in suffix:
+        if self.spec.max_processes > 1 and "-" in suffix and suffix not in self._by_suffix:
             suffix = suffix.rsplit("-", 1)[0]  # dask worker --nworkers k: NAME-0 .. NAME-k-1
         return self._by_suffix.get(suffix)
 

@@ -71,7 +71,7 @@ def test_healthy_setup_passes_every_check(dev_gateway, gateway_cluster, worker_e
     results = run_doctor(options)
     assert [r.name for r in results] == [
         "gateway", "proxy port", "certificate", "TLS by SNI", "ports hybrid.worker.port-range",
-        "worker environment"]
+        "worker environment", "GPU sharing (CUDA MPS)"]
     assert all(r.status is Status.ok for r in results), [r.as_dict() for r in results]
     by_name = {r.name: r.message for r in results}
     assert by_name["gateway"].startswith("dask-gateway 2")
@@ -316,3 +316,24 @@ def test_htcondor_pool_answers() -> None:
         result = doctor.check_batch_system("htcondor")
     assert result.status is Status.ok, result.as_dict()
     assert "schedd answers" in result.message
+
+
+def test_gpu_sharing_check_says_whether_cuda_mps_is_here(tmp_path, monkeypatch) -> None:
+    """``nvidia-cuda-mps-control`` here is a TEST DOUBLE (an empty executable): the check
+    only looks it up. Without it, a node with GPUs (``CUDA_VISIBLE_DEVICES``) warns."""
+    from hybrid.admin.doctor import check_gpu_sharing
+
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    found = check_gpu_sharing()
+    assert found.status is Status.ok and "not on PATH" in found.message
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    missing = check_gpu_sharing()
+    assert missing.status is Status.warn and "one GPU task at a time" in missing.message
+    assert "nvidia-cuda-mps-control" in missing.fix
+    double = tmp_path / "nvidia-cuda-mps-control"
+    double.write_text("#!/bin/sh\n")
+    double.chmod(0o755)
+    there = check_gpu_sharing()
+    assert there.status is Status.ok and str(double) in there.message
+    assert "8 GPU tasks at once per GPU" in there.message

@@ -106,7 +106,17 @@ def test_every_combination_validates(tmp_path: Path, group: str, with_volumes: b
         assert env["HYBRID_JOB_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         assert env["HYBRID_WORKER_NAME"]["value"] == f"evaluator-{group}-$(HYBRID_JOB_ID)"
         assert container["command"][-2:] == ["--name", "$(HYBRID_WORKER_NAME)"]
-        assert container["command"][:3] == ["python", "-m", WORKER_MODULE]
+        if group == "gpu":
+            # the job scripts' CUDA MPS block (sh -c), then both worker command lines as data
+            # (without the daemon: the first N words; under it: the rest)
+            assert container["command"][:2] == ["/bin/sh", "-c"]
+            assert "nvidia-cuda-mps-control -d" in container["command"][2]
+            n = int(container["command"][4])
+            plain = container["command"][5:5 + n]
+            assert plain[:3] == ["python", "-m", WORKER_MODULE]
+            assert container["command"][5 + n:8 + n] == ["python", "-m", WORKER_MODULE]
+        else:
+            assert container["command"][:3] == ["python", "-m", WORKER_MODULE]
         assert container["command"][container["command"].index("--lifetime") + 1] == "2h"
         expanded = {name: expand(e.get("value", ""), {"HYBRID_JOB_ID": meta["name"]})
                     for name, e in env.items()}
