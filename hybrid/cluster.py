@@ -117,6 +117,7 @@ class HybridCluster(Cluster):
         self._plain_asked = ("security=False" if security is False
                              else "hybrid.scheduler.tls: false")
         self._credentials: ClusterCredentials | None = None
+        self._async_caller = asynchronous
         if scheduler_address is not None:
             scheduler_address = validate_value(Address, scheduler_address,
                                                "HybridCluster.scheduler_address")
@@ -211,7 +212,7 @@ class HybridCluster(Cluster):
                 scheduler_address=address,
                 worker_scheduler_address=self._worker_scheduler_address or address,
                 dashboard_link=self._dashboard or None)
-        if not tls and self.asynchronous:
+        if not tls and self._async_caller:  # self.asynchronous is true on the loop itself
             self._warn_if_open()
         return address
 
