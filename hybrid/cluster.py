@@ -115,6 +115,7 @@ class HybridCluster(Cluster):
         check_fraction(gpu_fraction, "HybridCluster.gpu_fraction")
         #: How plain TCP was asked for (the warning says it), when it was.
         self._plain_asked = ("security=False" if security is False
+                             else "a security without TLS" if isinstance(security, Security)
                              else "hybrid.scheduler.tls: false")
         self._credentials: ClusterCredentials | None = None
         self._async_caller = asynchronous
