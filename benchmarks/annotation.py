@@ -57,7 +57,8 @@ def run(results: Results, tasks: int, repeats: int, workers: int = 2) -> None:
                            dashboard_address=None) as cluster:
             cluster.add_pool("cpu", system="local", cores=1)
             cluster.scale(workers)
-            with HybridClient(cluster.scheduler_address, set_as_default=False) as client:
+            with HybridClient(cluster.scheduler_address, security=cluster.security,
+                              set_as_default=False) as client:
                 client.wait_for_workers(workers, timeout=120)
                 _map(client, min(tasks, 200))  # warm up: imports, connections
                 for repetition in range(repeats):

@@ -1,8 +1,10 @@
 """P1, P3, P7: ``scale(n)`` -> ``client.wait_for_workers(n)``, then ``close()``, per system.
 
-Three variants, interleaved in every repetition (their order rotates):
+Four variants, interleaved in every repetition (their order rotates):
 
-- ``hybrid``: a :class:`hybrid.HybridCluster` with one pool on the system, its defaults.
+- ``hybrid``: a :class:`hybrid.HybridCluster` with one pool on the system, its defaults
+  (TLS with client certificates, a temporary CA made for each cluster).
+- ``hybrid (plain TCP)``: the same with ``security=False``: what TLS costs.
 - ``dask-jobqueue``: ``HTCondorCluster`` / ``SLURMCluster`` with theirs (nanny included).
 - ``floor``: what no launcher can beat on this pool: the pool's own time to start n trivial
   jobs (submitted in one transaction; each writes a time stamp when it starts) plus the time
@@ -50,18 +52,21 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
 
 
 # --------------------------------------------------------------------------- hybrid
-def hybrid_once(system: str, n: int, staging: Path) -> dict[str, float]:
-    """One repetition with hybrid: scale-up, close, queue empty."""
+def hybrid_once(system: str, n: int, staging: Path, tls: bool = True) -> dict[str, float]:
+    """One repetition with hybrid: scale-up, close, queue empty (``tls=False``: plain TCP;
+    the cluster's start, with its certificate, is not timed either way)."""
     from hybrid import HybridCluster
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
     settings = {"hybrid.batch.staging-directory": str(staging),
                 "hybrid.scheduler.host": "127.0.0.1"}
     with dask.config.set(settings):
-        cluster = HybridCluster(name=name, dashboard_address=None)
+        cluster = HybridCluster(name=name, dashboard_address=None,
+                                **({} if tls else {"security": False}))
         try:
             cluster.add_pool("w", system=system, cores=1, memory="1 GiB", walltime="00:30")
-            with Client(cluster.scheduler_address, set_as_default=False) as client:
+            with Client(cluster.scheduler_address, security=cluster.security,
+                        set_as_default=False) as client:
                 start = time.perf_counter()
                 cluster.scale(n)
                 client.wait_for_workers(n, timeout=WAIT)
@@ -205,12 +210,14 @@ def floor_once(system: str, n: int) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- run
 #: Every variant, in the order of the table.
-VARIANTS = ("hybrid", "dask-jobqueue", "floor")
+VARIANTS = ("hybrid", "hybrid (plain TCP)", "dask-jobqueue", "floor")
 
 def run(results: Results, systems: list[str], sizes: list[int], repeats: int,
         variants: list[str]) -> None:
     """Every (system, n, variant), ``repeats`` times, interleaved."""
     runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once,
+               "hybrid (plain TCP)": lambda system, n, staging: hybrid_once(
+                   system, n, staging, tls=False),
                "floor": lambda system, n, staging: floor_once(system, n)}
     available = []
     for system in systems:

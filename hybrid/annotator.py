@@ -240,7 +240,9 @@ def _ancestors(tasks: dict[Any, Any], keys: list[Any]) -> set[Any]:
 class HybridClient(Client):
     """A ``distributed.Client`` whose ``submit``, ``map``, ``compute`` and ``persist`` annotate.
 
-    ``annotate_resources=False`` makes it a plain client.
+    ``annotate_resources=False`` makes it a plain client. Given a ``tls://`` address and no
+    ``security``, it connects with the credentials this user stored for that cluster
+    (:func:`hybrid.security.find_credentials`), when there are any.
     """
 
     def __init__(
@@ -251,6 +253,12 @@ class HybridClient(Client):
         **kwargs: Any,
     ):
         self.annotator = ResourceAnnotator(self, annotate_resources, gpu_fraction)
+        address = args[0] if args else kwargs.get("address")
+        if isinstance(address, str) and address.startswith("tls://") and kwargs.get(
+                "security") is None:
+            from hybrid.security import load_security
+
+            kwargs["security"] = load_security({"address": address})
         super().__init__(*args, **kwargs)
 
     def submit(self, func, *args, gpu_task: bool | None = None, **kwargs) -> Future:  # type: ignore[override]

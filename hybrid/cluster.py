@@ -2,7 +2,8 @@
 
 A thin ``distributed`` ``Cluster`` over a :class:`~hybrid.manager.PoolManager`: this class
 starts (or attaches to) the scheduler and writes its TLS files for the jobs; the manager does
-the pools' work (scaling, retirement, reconciling, reports, closing).
+the pools' work (scaling, retirement, reconciling, reports, closing). The scheduler speaks TLS
+with client certificates unless plain TCP is asked for (:mod:`hybrid.security`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ from hybrid.fields import Address, Interval, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
+from hybrid.security import (
+    ClusterCredentials,
+    attach_security,
+    dashboard_link,
+    dashboard_listen,
+    dashboard_ssl_context,
+    find_credentials,
+    own_security,
+    remove_credentials,
+    scheduler_class,
+    store_credentials,
+    warn_if_open,
+)
 from hybrid.widgets import ClusterViews
 from hybrid.worker import Connection, TLSFiles
 
@@ -42,12 +56,18 @@ class HybridCluster(ClusterViews, Cluster):
     Parameters
     ----------
     scheduler_address : str, optional
-        An existing scheduler to manage workers for; by default a scheduler starts in this
+        An existing scheduler to manage workers for (re-attach: a cluster of yours is
+        found with the credentials stored for it); by default a scheduler starts in this
         process, listening on ``host``.
     name : str, optional
         Tags the cluster's jobs and names its workers (default: ``hybrid-<random>``).
     security : distributed.Security or bool, optional
-        TLS for the scheduler and the workers; ``True`` makes a temporary setup.
+        TLS for the scheduler, the workers and the clients. The default
+        (``hybrid.scheduler.tls: true``) and ``True`` make a temporary CA and certificate
+        for this cluster: nothing without a certificate it signed is accepted. ``False``:
+        plain TCP (a warning names the open address unless the scheduler listens on
+        loopback only). Attaching to ``scheduler_address``: the default takes the
+        credentials this user stored for that cluster.
     host : str, optional
         Where the scheduler listens (default ``hybrid.scheduler.host``: every interface, so
         that batch nodes can reach it).
@@ -62,6 +82,11 @@ class HybridCluster(ClusterViews, Cluster):
         ``hybrid.annotator.enabled``).
     gpu_fraction : float, optional
         The GPU share one GPU task asks for (default ``hybrid.annotator.gpu-fraction``).
+    dashboard_address : str, bool or None
+        Where the dashboard listens: ``True`` (default) takes
+        ``hybrid.scheduler.dashboard-address`` (loopback: reach it through an SSH tunnel);
+        ``":8787"`` serves it on every interface; ``None``: no dashboard. Served over TLS
+        when the scheduler is.
     asynchronous : bool
         Use the cluster from async code: ``async with HybridCluster(asynchronous=True)``.
     silence_logs : str or int or bool, optional
@@ -82,7 +107,7 @@ class HybridCluster(ClusterViews, Cluster):
         scheduler_sni: str | None = None,
         annotate_resources: bool | None = None,
         gpu_fraction: float | None = None,
-        dashboard_address: str | None = ":0",
+        dashboard_address: str | bool | None = True,
         loop: Any = None,
         quiet: bool = True,
         asynchronous: bool = False,
@@ -93,17 +118,25 @@ class HybridCluster(ClusterViews, Cluster):
 
         name = validate_value(Name, name or f"hybrid-{uuid.uuid4().hex[:8]}",
                               "HybridCluster.name")
-        if security is True:
-            security = Security.temporary()
-        elif security is False:
-            security = None
-        if security is not None and not isinstance(security, Security):
-            raise ConfigurationError("HybridCluster.security", security,
-                                     "a distributed.Security, True for temporary TLS, or None")
         check_fraction(gpu_fraction, "HybridCluster.gpu_fraction")
+        #: How plain TCP was asked for (the warning says it), when it was.
+        self._plain_asked = ("security=False" if security is False
+                             else "a security without TLS" if isinstance(security, Security)
+                             else "hybrid.scheduler.tls: false")
+        self._credentials: ClusterCredentials | None = None
+        self._async_caller = asynchronous
         if scheduler_address is not None:
             scheduler_address = validate_value(Address, scheduler_address,
                                                "HybridCluster.scheduler_address")
+            security = attach_security(security, scheduler_address, "HybridCluster.security")
+            stored = find_credentials(address=scheduler_address)
+            if stored is not None:  # where the owner's workers dial, and its dashboard
+                self._dashboard = stored.dashboard_link or ""
+                if worker_scheduler_address is None:
+                    worker_scheduler_address = stored.worker_scheduler_address
+        else:
+            security = own_security(security, "HybridCluster.security")
+            dashboard_listen(dashboard_address)  # a bad value fails here, before anything runs
         if worker_scheduler_address is not None:
             worker_scheduler_address = validate_value(
                 Address, worker_scheduler_address, "HybridCluster.worker_scheduler_address")
@@ -137,6 +170,7 @@ class HybridCluster(ClusterViews, Cluster):
             except BaseException as error:
                 cleanup_after(error, self.close, "closing the cluster")
                 raise
+            self._warn_if_open()
 
     def __await__(self):
         async def start() -> HybridCluster:
@@ -152,12 +186,7 @@ class HybridCluster(ClusterViews, Cluster):
             return
         self.status = Status.starting
         if self._external_address is None:
-            self.scheduler = Scheduler(
-                host=self._host, port=self._port, dashboard_address=self._dashboard_address,
-                security=self.security, validate=False,
-            )
-            await self.scheduler
-            address = self.scheduler.address
+            address = await self._start_scheduler()
         else:
             address = self._external_address
         self._scheduler_address = address
@@ -169,9 +198,49 @@ class HybridCluster(ClusterViews, Cluster):
         publish_pools(self.manager)  # the dashboard's Pools page
         self.manager.start()
 
+    async def _start_scheduler(self) -> str:
+        """Start this cluster's scheduler (its credentials stored first, for the dashboard
+        and the user's other processes); its address."""
+        tls = bool(self.security.require_encryption and self.security.tls_ca_file)
+        listen, show = dashboard_listen(self._dashboard_address)
+        credentials = None
+        if tls:
+            credentials = self._credentials = store_credentials(self.name, self.security)
+        ssl_context = None
+        if credentials is not None and credentials.tls:
+            ssl_context = dashboard_ssl_context(credentials.files.cert, credentials.files.key)
+        self.scheduler = scheduler_class()(
+            host=self._host, port=self._port, dashboard_address=listen, dashboard=show,
+            security=self.security, validate=False, dashboard_ssl=ssl_context,
+        )
+        await self.scheduler
+        address = self.scheduler.address
+        self._dashboard = dashboard_link(self.scheduler, ssl_context is not None) if show \
+            else ""
+        if credentials is not None:
+            self._credentials = credentials.record(
+                scheduler_address=address,
+                worker_scheduler_address=self._worker_scheduler_address or address,
+                dashboard_link=self._dashboard or None)
+        if not tls and self._async_caller:  # self.asynchronous is true on the loop itself
+            self._warn_if_open()
+        return address
+
+    def _warn_if_open(self) -> None:
+        """Plain TCP beyond loopback: say which address is open (from the caller's line)."""
+        if self.scheduler is not None and not self.security.require_encryption:
+            warn_if_open(f"HybridCluster {self.name!r}", self.scheduler.address,
+                         self._host or "", self._plain_asked)
+
     def _connection(self) -> Connection:
         address = self.worker_scheduler_address
         tls = None
+        if self.security.require_encryption and str(address).startswith("tcp://"):
+            raise ConfigurationError(
+                "HybridCluster.worker_scheduler_address", address,
+                "a tls:// address: the scheduler speaks TLS",
+                "Write tls://HOST:PORT, or start the cluster with security=False for plain "
+                "TCP.")
         if self.security.require_encryption or str(address).startswith("tls://"):
             security = self.security
             ca, cert = security.tls_ca_file, security.tls_client_cert
@@ -191,7 +260,10 @@ class HybridCluster(ClusterViews, Cluster):
 
     @property
     def dashboard_link(self) -> str:
-        """The scheduler's dashboard, when it has one."""
+        """The scheduler's dashboard, when it has one (``https`` when served over TLS)."""
+        link = getattr(self, "_dashboard", None)
+        if link is not None and (link or self.scheduler is not None):
+            return link
         try:
             return super().dashboard_link
         except (KeyError, TypeError):
@@ -229,6 +301,9 @@ class HybridCluster(ClusterViews, Cluster):
             if self.scheduler is not None:
                 scheduler, self.scheduler = self.scheduler, None
                 await scheduler.close()
+            if self._credentials is not None:
+                credentials, self._credentials = self._credentials, None
+                remove_credentials(credentials)
             _open_clusters.discard(self)
             self._quiet_logs.close()
         if problem is not None:

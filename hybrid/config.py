@@ -9,6 +9,7 @@ as ``DASK_...`` variables in their job's environment. The user's own YAML files 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -83,6 +84,23 @@ def _host(value: Any) -> Any:
     raise reject('a host name or IP address of this machine, or "" (every interface)')
 
 
+def _dashboard(value: Any) -> Any:
+    """Where a dashboard listens: ``"HOST:PORT"`` or ``":PORT"`` (every interface), or
+    ``None`` (no dashboard)."""
+    from hybrid.fields import reject
+
+    if value is None:
+        return value
+    if isinstance(value, str) and ":" in value:
+        host, _, port = value.rpartition(":")
+        if port.isdigit() and int(port) <= 65535:
+            with contextlib.suppress(Exception):
+                if host == "" or _host(host.strip("[]")):
+                    return value
+    raise reject('a listen address "HOST:PORT" (e.g. "127.0.0.1:8787"), ":PORT" for every '
+                 "interface, or null for no dashboard")
+
+
 def _system(value: Any) -> Any:
     from hybrid.fields import reject
     from hybrid.systems import SYSTEMS, system_choices
@@ -116,6 +134,9 @@ def setting_types() -> dict[str, Any]:
 
     return {
         "scheduler.host": checked(_host),
+        "scheduler.tls": StrictBool,
+        "scheduler.dashboard-address": checked(_dashboard),
+        "scheduler.credentials-directory": str | None,
         "annotator.enabled": StrictBool,
         "annotator.gpu-fraction": checked(_fraction),
         "logging.verbose": StrictBool,

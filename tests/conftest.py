@@ -24,8 +24,9 @@ collect_ignore_glob = ["gateway/upstream/*"]
 STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 
 
-#: Markers of the tests that need a real batch system this suite must start (as root).
-POOL_MARKERS = ("htcondor", "slurm")
+#: Markers of the tests that need what only root can make here: a real batch system this
+#: suite must start, or a network namespace of their own (``netns``).
+POOL_MARKERS = ("htcondor", "slurm", "netns")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -50,9 +51,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     left = config.stash.get(_LEFT_OUT, 0)
     if left:
         terminalreporter.write_line(
-            f"hybrid: left out {left} tests that need the real HTCondor pool or Slurm (only "
-            "root can start them here), or Debian's chromium where it is missing; run them "
-            "all with `sudo bash ci/test.sh`", yellow=True)
+            f"hybrid: left out {left} tests that need the real HTCondor pool or Slurm, or a "
+            "network namespace of their own (only root can make them here), or Debian's "
+            "chromium where it is missing; run them all with `sudo bash ci/test.sh`",
+            yellow=True)
 
 
 def _source(env_file: Path) -> None:
@@ -78,15 +80,23 @@ def _bring_down(script: str) -> None:
     subprocess.run(["bash", str(REPO / script)], capture_output=True, timeout=300)
 
 
+@pytest.fixture(scope="session")
+def credentials_directory(tmp_path_factory) -> Path:
+    """Where this session's clusters store their credentials (not the user's own home):
+    give a second process ``DASK_HYBRID__SCHEDULER__CREDENTIALS_DIRECTORY`` to find them."""
+    return tmp_path_factory.mktemp("credentials") / "clusters"
+
+
 @pytest.fixture(autouse=True)
-def loopback_schedulers(request) -> Iterator[None]:
+def loopback_schedulers(request, credentials_directory) -> Iterator[None]:
     """Every scheduler a test starts listens on loopback only: the CI pools share this
     machine's network, and no test traffic may leave it. Tests of the packaged
     configuration itself (marker ``packaged_config``) see it unchanged."""
     if request.node.get_closest_marker("packaged_config"):
         yield
         return
-    with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}):
+    with dask.config.set({"hybrid.scheduler.host": "127.0.0.1",
+                          "hybrid.scheduler.credentials-directory": str(credentials_directory)}):
         yield
 
 

@@ -61,11 +61,12 @@ def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cl
     seen = variants(data, "scale-up")
     for system in ("htcondor", "slurm"):
         for n in (1, 2):
-            for variant in ("hybrid", "dask-jobqueue", "floor", "floor: pool start",
-                            "floor: bare workers"):
+            for variant in ("hybrid", "hybrid (plain TCP)", "dask-jobqueue", "floor",
+                            "floor: pool start", "floor: bare workers"):
                 assert (system, f"n={n}", variant) in seen, (system, n, variant, seen)
             for benchmark in ("close", "queue empty after close"):
                 assert (system, f"n={n}", "hybrid") in variants(data, benchmark)
+                assert (system, f"n={n}", "hybrid (plain TCP)") in variants(data, benchmark)
     verdicts = goals(data)
     assert {g["goal"] for g in data["goals"]} >= {"P1", "P3", "P7"}
     assert all(g["met"] in (True, False) for g in verdicts["P1"] + verdicts["P3"])

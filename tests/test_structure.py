@@ -27,6 +27,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the model", ("hybrid.resources", "hybrid.pools")),
     ("the worker command", ("hybrid.worker",)),
     ("batch jobs and staging", ("hybrid.batch.jobs", "hybrid.batch.staging")),
+    ("security", ("hybrid.security",)),
     ("batch systems", ("hybrid.batch.base", "hybrid.batch.htcondor", "hybrid.batch.slurm",
                        "hybrid.batch.pbs", "hybrid.batch.lsf", "hybrid.batch.sge",
                        "hybrid.batch.local", "hybrid.batch")),

@@ -196,6 +196,7 @@ def gateway_config(helm: bool, gateway_image: str | None, images: tuple[str, ...
 \b
 Examples:
   hybrid doctor --system slurm
+  hybrid doctor --scheduler tls://10.0.0.5:40123   # refuses clients without credentials?
   hybrid doctor --gateway-address https://gateway.example.org \\
       --proxy-address gateway.example.org:8786 --cluster-name NAME --cert dask.crt
   hybrid doctor --container-image /shared/images/worker.sif --workers-per-node 4 --json
@@ -211,6 +212,9 @@ Examples:
               help="The cluster's key (PEM): the TLS check then presents the certificate.")
 @click.option("--system", type=click.Choice(sorted(SYSTEMS)), default=None,
               help="The batch system to check.")
+@click.option("--scheduler", default=None,
+              help="A running scheduler's address: check that it refuses clients without "
+                   "its credentials.")
 @click.option("--container-image", default=None,
               help="The workers' image (default: hybrid.worker.container.image).")
 @click.option("--pixi-project", type=click.Path(file_okay=False), default=None,
@@ -226,7 +230,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @_bad_input_is_usage_error
 def doctor(gateway_address: str | None, proxy_address: str | None, cluster_name: str | None,
-           cert: str | None, key: str | None, system: str | None, container_image: str | None,
+           cert: str | None, key: str | None, system: str | None, scheduler: str | None,
+           container_image: str | None,
            pixi_project: str | None, conda_env: str | None, workers_per_node: int,
            warn_days: int, timeout: float, as_json: bool) -> None:
     """Check this node before it starts workers; exit 1 when a check fails."""
@@ -237,7 +242,7 @@ def doctor(gateway_address: str | None, proxy_address: str | None, cluster_name:
     options = DoctorOptions(
         gateway_address=gateway_address or dask.config.get("gateway.address", None),
         proxy_address=proxy_address or dask.config.get("gateway.proxy-address", None),
-        cluster_name=cluster_name, cert=cert, key=key, system=system,
+        cluster_name=cluster_name, cert=cert, key=key, system=system, scheduler=scheduler,
         container_image=container_image, pixi_project=pixi_project, conda_env=conda_env,
         workers_per_node=workers_per_node, warn_days=warn_days, timeout=timeout,
     )

@@ -233,6 +233,69 @@ def check_certificate(cert: str | Path, key: str | Path | None = None,
     return ok(name, f"valid until {not_after:%Y-%m-%d} UTC ({days_left:.0f} days)")
 
 
+# --------------------------------------------------------------------------- security
+
+
+def check_scheduler_exposure() -> CheckResult:
+    """Would a scheduler started with this configuration listen beyond loopback without
+    TLS? (``hybrid.scheduler.tls``, ``host``, ``dashboard-address``, and the directory the
+    clusters' credentials are stored in.)"""
+    from hybrid.security import credentials_root, is_loopback_host
+
+    name = "scheduler security"
+    try:
+        tls = config.get("scheduler.tls", True)
+        host = config.get("scheduler.host", "") or ""
+        dashboard = config.get("scheduler.dashboard-address", None)
+    except ConfigurationError as error:
+        return fail(name, str(error), error.fix or "Fix the setting it names.")
+    where = f"on {host}" if host else "on every interface"
+    root = credentials_root()
+    if root.exists():
+        info = root.lstat()
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077 or not root.is_dir():
+            return fail(name, f"the clusters' credentials directory {root} is not yours "
+                               f"alone (mode {info.st_mode & 0o777:04o}, uid {info.st_uid})",
+                         f"chmod 700 {root}, or set hybrid.scheduler.credentials-directory "
+                         "to a directory of your own.")
+    if not tls and not is_loopback_host(host):
+        return fail(name, f"hybrid.scheduler.tls is false: a cluster's scheduler would listen "
+                           f"in plain TCP {where}, and anyone who reaches it runs code as you",
+                     "Remove hybrid.scheduler.tls: false (TLS with a certificate per cluster "
+                     "is the default), or set hybrid.scheduler.host: 127.0.0.1.")
+    if not tls:
+        return warn(name, f"plain TCP {where} (hybrid.scheduler.tls: false): other users of "
+                           "this machine reach loopback too",
+                     "Remove hybrid.scheduler.tls: false unless you are this machine's only "
+                     "user.")
+    dash = "no dashboard" if dashboard is None else f"the dashboard on {dashboard}"
+    if dashboard is not None and not is_loopback_host(str(dashboard).rpartition(":")[0]):
+        return warn(name, f"TLS with client certificates {where}; {dash}: every host that "
+                           "reaches it reads the dashboard (over TLS, no login)",
+                     "Set hybrid.scheduler.dashboard-address: 127.0.0.1:0 and reach it through "
+                     "an SSH tunnel, unless that is what you want.")
+    return ok(name, f"TLS with client certificates {where} (a CA per cluster); {dash}")
+
+
+def check_scheduler_access(address: str, timeout: float = DEFAULT_TIMEOUT) -> CheckResult:
+    """Does the scheduler at ``address`` refuse someone without its credentials? (Tries as
+    an outsider would: plain TCP, TLS without a certificate, TLS with another CA's.)"""
+    from hybrid.fields import Address
+    from hybrid.security import outsider_attempts
+
+    name = "scheduler access"
+    address = validate_value(Address, address, "--scheduler")
+    outcome = outsider_attempts(address, timeout)
+    answered = [attempt for attempt, refusal in outcome.items() if refusal is None]
+    if answered:
+        return fail(name, f"{address} answered a client without credentials "
+                           f"({', '.join(answered)}): anyone who reaches it runs code there",
+                     "Start the cluster with TLS (the default; not security=False), or let it "
+                     "listen on 127.0.0.1 only.")
+    return ok(name, f"{address} refused every client without its credentials "
+                     f"({', '.join(outcome)})")
+
+
 # --------------------------------------------------------------------------- batch systems
 
 def check_batch_system(system: str, timeout: float = 20.0) -> CheckResult:
@@ -353,6 +416,7 @@ class DoctorOptions:
     cert: str | None = None
     key: str | None = None
     system: str | None = None
+    scheduler: str | None = None
     container_image: str | None = None
     pixi_project: str | None = None
     conda_env: str | None = None
@@ -372,6 +436,10 @@ class DoctorOptions:
                 raise ConfigurationError(
                     "--cluster-name", self.cluster_name, "--proxy-address and --cert with it",
                     fix="The TLS check needs where to connect and the cluster's certificate.")
+        if self.scheduler is not None:
+            from hybrid.fields import Address
+
+            validate_value(Address, self.scheduler, "--scheduler")
         if self.key and not self.cert:
             raise ConfigurationError("--key", self.key, "--cert with it")
         if self.system is not None:
@@ -401,6 +469,9 @@ def planned_checks(options: DoctorOptions) -> list[Callable[[], CheckResult]]:
     if o.cluster_name:
         checks.append(lambda: check_tls_sni(o.proxy_address, o.cluster_name, o.cert, o.key,
                                             o.timeout))
+    checks.append(check_scheduler_exposure)
+    if o.scheduler:
+        checks.append(lambda: check_scheduler_access(o.scheduler, o.timeout))
     if o.system:
         checks.append(lambda: check_batch_system(o.system))
     worker_range = config.get("worker.port-range", None)

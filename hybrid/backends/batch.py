@@ -222,10 +222,15 @@ class BaseDaskJobQueueBackend(BaseDaskBackend):
         if self.cluster is not None:
             return self.cluster.job_script(self.pool_name)
         from hybrid.batch import Staging, WorkerJob, get_system
-        from hybrid.worker import Connection
+        from hybrid.security import wants_tls
+        from hybrid.worker import Connection, TLSFiles
 
         spec = self.pool_spec
-        job = WorkerJob("not-started", spec, Connection("tcp://scheduler.not-started:8786"))
+        connection = Connection("tls://scheduler.not-started:8786",
+                                TLSFiles("ca.pem", "cert.pem", "key.pem")) \
+            if wants_tls(self.cluster_kwargs.get("security")) \
+            else Connection("tcp://scheduler.not-started:8786")
+        job = WorkerJob("not-started", spec, connection)
         system = get_system(spec.system, **spec.system_options)
         return system.job_script(job, Staging.would_be(job))
 

@@ -54,6 +54,7 @@ from hybrid.resources import (
     PodResources,
     QueueWorkerResources,
 )
+from hybrid.security import attach_security, wants_tls
 from hybrid.units import unit
 from hybrid.worker import Connection, TLSFiles
 
@@ -238,8 +239,7 @@ class BaseDaskKubernetesBackend(BaseDaskBackend):
 
     def _placeholder(self) -> Connection:
         """How the workers reach a scheduler that has not started yet (for showing pods)."""
-        tls = self.cluster_options.get("security") not in (None, False) and getattr(
-            self.cluster_options.get("security"), "require_encryption", True)
+        tls = wants_tls(self.cluster_options.get("security"))
         address = self.cluster_options.get("worker_scheduler_address") or (
             f"{'tls' if tls else 'tcp'}://{PLACEHOLDER_ADDRESS}")
         files = TLSFiles("ca.pem", "cert.pem", "key.pem") if address.startswith("tls://") \
@@ -291,7 +291,9 @@ class DaskKubernetesBackend(BaseDaskKubernetesBackend):
     construction; the Kubernetes API is first contacted by :meth:`start`, which fails at once,
     with the fix, when no configuration reaches the API. The pods must reach the scheduler:
     run this inside the cluster (a notebook pod) or give ``cluster_kwargs={"host":
-    "0.0.0.0", "worker_scheduler_address": "tcp://<address pods can reach>:<port>"}``.
+    "0.0.0.0", "worker_scheduler_address": "tls://<address pods can reach>:<port>"}``. The
+    scheduler speaks TLS with a certificate made for the cluster (the pods get theirs from
+    the cluster's Secret) unless ``cluster_kwargs={"security": False}``.
     """
 
     #: Whether the cluster's Secret records this backend's scheduler (to delete on stop).
@@ -418,9 +420,10 @@ class DaskKubernetesExistingBackend(BaseDaskKubernetesBackend):
         if self._client is not None:
             return
         address = self._start_cluster()
+        security = attach_security(self.cluster_options.get("security"), address,
+                                   "cluster_kwargs['security']")
         self._client = HybridClient(address, annotate_resources=self.annotate_resources,
-                                    gpu_fraction=self.gpu_fraction,
-                                    security=self.cluster_options.get("security"),
+                                    gpu_fraction=self.gpu_fraction, security=security,
                                     set_as_default=False)
         self._cluster = address
 

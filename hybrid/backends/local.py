@@ -1,4 +1,9 @@
-"""Local processes: the embedded default, with a GPU pool and a CPU pool side by side."""
+"""Local processes: the embedded default, with a GPU pool and a CPU pool side by side.
+
+The scheduler listens on loopback and, as every scheduler hybrid starts, speaks TLS with a
+certificate made for it (:mod:`hybrid.security`): other users of the machine reach loopback
+too. The worker processes get the files' paths in their environment.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,25 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from distributed import Scheduler, SpecCluster
+from distributed import SpecCluster
 from distributed.deploy.subprocess import SubprocessWorker
+from distributed.security import Security
 
 from hybrid.annotator import worker_resources
 from hybrid.backends.base import BaseDaskBackend
 from hybrid.errors import ConfigurationError, warn_user
 from hybrid.gpusharing import detect_gpus
 from hybrid.resources import ComputeResources
+from hybrid.security import (
+    ClusterCredentials,
+    dashboard_link,
+    dashboard_listen,
+    dashboard_ssl_context,
+    own_security,
+    remove_credentials,
+    scheduler_class,
+    store_credentials,
+)
 
 
 class NoGPUWarning(UserWarning):
@@ -23,18 +39,22 @@ class NoGPUWarning(UserWarning):
 
 class LocalWorkerProcess(SubprocessWorker):
     """distributed's ``SubprocessWorker`` whose process logs at ``logging_level`` (its
-    console messages go to this process's stderr)."""
+    console messages go to this process's stderr), with ``environment`` added to its
+    environment (the TLS files' paths: never their contents on a command line)."""
 
-    def __init__(self, scheduler: str, *, logging_level: str = "warning", **kwargs: Any):
+    def __init__(self, scheduler: str, *, logging_level: str = "warning",
+                 environment: Mapping[str, str] | None = None, **kwargs: Any):
         super().__init__(scheduler, **kwargs)
         self.logging_level = logging_level
+        self.environment = dict(environment or {})
 
     async def _start(self) -> None:
         import asyncio
         import json
         import sys
 
-        env = {**os.environ, "DASK_LOGGING__DISTRIBUTED": self.logging_level}
+        env = {**os.environ, "DASK_LOGGING__DISTRIBUTED": self.logging_level,
+               **self.environment}
         spec = json.dumps({"cls": self.worker_class, "opts": dict(self.worker_kwargs)})
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "dask", "spec", self.scheduler, "--spec", spec, env=env)
@@ -94,12 +114,39 @@ def local_worker_specs(
     return specs
 
 
+class LocalSpecCluster(SpecCluster):
+    """``SpecCluster`` whose ``dashboard_link`` says where the dashboard really is
+    (``https`` when it is served over TLS)."""
+
+    hybrid_dashboard: str | None = None
+
+    @property
+    def dashboard_link(self) -> str:
+        """The dashboard's address."""
+        if self.hybrid_dashboard is not None:
+            return self.hybrid_dashboard
+        return super().dashboard_link
+
+
+def tls_environment(credentials: ClusterCredentials) -> dict[str, str]:
+    """The ``DASK_...`` variables that make a worker (and its nanny) speak TLS with the
+    cluster's files."""
+    files = credentials.files
+    return {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": files.ca,
+            "DASK_DISTRIBUTED__COMM__TLS__WORKER__CERT": files.cert,
+            "DASK_DISTRIBUTED__COMM__TLS__WORKER__KEY": files.key}
+
+
 class DaskLocalCluster(BaseDaskBackend):
     """Workers as local processes (openff-evaluator's ``DaskLocalCluster`` arguments).
 
     ``pools`` adds named pools beside the first one, e.g.
     ``pools={"cpu": (2, ComputeResources(number_of_threads=1))}``; the first pool is named
-    ``"gpu"`` when its workers have GPUs, else ``"cpu"``.
+    ``"gpu"`` when its workers have GPUs, else ``"cpu"``. The scheduler listens on loopback
+    with TLS (``security=False``, or ``hybrid.scheduler.tls: false``: plain TCP); the
+    dashboard where ``dashboard_address`` says (``True``: ``hybrid.scheduler.dashboard-address``,
+    loopback by default; ``None``: none).
     """
 
     def __init__(
@@ -110,8 +157,9 @@ class DaskLocalCluster(BaseDaskBackend):
         annotate_resources: bool | None = None,
         pools: Mapping[str, tuple[int, ComputeResources]] | None = None,
         gpu_fraction: float | None = None,
-        dashboard_address: str | None = ":0",
+        dashboard_address: str | bool | None = True,
         silence_logs: int | str = logging.WARNING,
+        security: Security | bool | None = None,
     ):
         resources_per_worker = resources_per_worker or ComputeResources()
         super().__init__(number_of_workers, resources_per_worker,
@@ -153,7 +201,14 @@ class DaskLocalCluster(BaseDaskBackend):
                 "DaskLocalCluster.number_of_workers", number_of_workers,
                 "at least one worker in some pool",
             )
+        dashboard_listen(dashboard_address)  # a bad value fails here
         self.dashboard_address = dashboard_address
+        if security is not None and not isinstance(security, (bool, Security)):
+            raise ConfigurationError("DaskLocalCluster.security", security,
+                                     "a distributed.Security, True (TLS, the default) or "
+                                     "False (plain TCP on loopback)")
+        self.security = security
+        self._credentials: ClusterCredentials | None = None
         self.silence_logs = (
             silence_logs if isinstance(silence_logs, int)
             else logging.getLevelName(str(silence_logs).upper())
@@ -180,11 +235,44 @@ class DaskLocalCluster(BaseDaskBackend):
         return specs
 
     def _start_cluster(self) -> SpecCluster:
+        import uuid
+
+        security = own_security(self.security, "DaskLocalCluster.security")
+        listen, show = dashboard_listen(self.dashboard_address)
+        credentials = None
+        if security is not None:
+            credentials = self._credentials = store_credentials(
+                f"hybrid-local-{uuid.uuid4().hex[:8]}", security)
+        tls = credentials is not None and credentials.tls
+        specs = self.worker_specs()
+        for spec in specs.values():
+            spec["options"]["environment"] = tls_environment(credentials) if tls else {}
         scheduler = {
-            "cls": Scheduler,
-            "options": {"dashboard_address": self.dashboard_address, "host": "127.0.0.1"},
+            "cls": scheduler_class(),
+            "options": {"dashboard_address": listen, "dashboard": show, "host": "127.0.0.1",
+                        "security": security or Security(),
+                        "dashboard_ssl": dashboard_ssl_context(credentials.files.cert,
+                                                               credentials.files.key)
+                        if tls and show else None},
         }
-        return SpecCluster(
-            workers=self.worker_specs(), scheduler=scheduler, name="hybrid-local",
-            silence_logs=self.silence_logs,
+        cluster = LocalSpecCluster(
+            workers=specs, scheduler=scheduler, name="hybrid-local",
+            silence_logs=self.silence_logs, security=security or Security(),
         )
+        cluster.hybrid_dashboard = dashboard_link(cluster.scheduler, tls) if show else ""
+        if credentials is not None:
+            self._credentials = credentials.record(
+                scheduler_address=cluster.scheduler_address,
+                worker_scheduler_address=cluster.scheduler_address,
+                dashboard_link=cluster.hybrid_dashboard or None)
+        return cluster
+
+    def stop(self) -> None:
+        """Close the client and the cluster, then delete the cluster's stored credentials;
+        safe to call more than once."""
+        try:
+            super().stop()
+        finally:
+            credentials, self._credentials = self._credentials, None
+            if credentials is not None:
+                remove_credentials(credentials)

@@ -17,11 +17,19 @@ from typing import Any
 import click
 
 from hybrid.batch import SYSTEMS, JobStatus, Staging, WorkerJob, get_system
-from hybrid.batch.orphans import find_orphans, remove_orphaned_clusters, remove_orphaned_staging
+from hybrid.batch.orphans import (
+    find_orphans,
+    remove_orphaned_clusters,
+    remove_orphaned_staging,
+    scheduler_reachable,
+)
 from hybrid.cli import Duration
 from hybrid.errors import HybridError
 from hybrid.pools import POOL_OPTIONS, PoolSpec
 from hybrid.worker import Connection, TLSFiles
+
+if typing.TYPE_CHECKING:
+    from hybrid.security import ClusterCredentials
 
 SYSTEM_NAMES = sorted(SYSTEMS)
 
@@ -97,8 +105,10 @@ def _job_options(function: Callable) -> Callable:
     for option in reversed([
         click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True,
                      help="Batch system the jobs go to."),
-        click.option("--scheduler", "scheduler_address", default="tls://scheduler.example:8786",
-                     show_default=True, help="Address the workers dial."),
+        click.option("--scheduler", "scheduler_address", default=None,
+                     help="Address the workers dial (default: that of the --cluster of yours "
+                          "that runs, with its TLS files, as stored for your other "
+                          "processes; render: tls://scheduler.example:8786)."),
         click.option("--cluster", "cluster_name", default="hybrid-cli", show_default=True,
                      help="Cluster name: tags the jobs and names the workers."),
         click.option("--pool", "pool_name", default="default", show_default=True,
@@ -106,7 +116,8 @@ def _job_options(function: Callable) -> Callable:
         click.option("--count", default=1, show_default=True, type=click.IntRange(1, 100_000),
                      help="Workers (jobs) in the one submit transaction."),
         click.option("--tls-ca", default=None, type=click.Path(dir_okay=False),
-                     help="CA certificate file for a tls:// scheduler."),
+                     help="CA certificate file for a tls:// scheduler (default: the stored "
+                          "files of the cluster of yours at that address)."),
         click.option("--tls-cert", default=None, type=click.Path(dir_okay=False),
                      help="Worker certificate file."),
         click.option("--tls-key", default=None, type=click.Path(dir_okay=False),
@@ -118,18 +129,41 @@ def _job_options(function: Callable) -> Callable:
     return function
 
 
-def _build(system: str, scheduler_address: str, cluster_name: str, pool_name: str,
+def _stored(scheduler_address: str | None, cluster_name: str) -> ClusterCredentials | None:
+    """The stored credentials of the cluster the workers join: by address, else by name."""
+    from hybrid.security import find_credentials
+
+    if scheduler_address is not None:
+        return find_credentials(address=scheduler_address)
+    return find_credentials(name=cluster_name)
+
+
+def _build(system: str, scheduler_address: str | None, cluster_name: str, pool_name: str,
            tls_ca: str | None, tls_cert: str | None, tls_key: str | None, sni: str | None,
            for_submit: bool = False, **pool: Any) -> WorkerJob:
     from hybrid.fields import Name, validate_value
 
+    given_tls = any((tls_ca, tls_cert, tls_key))
+    stored = None if given_tls and scheduler_address else _stored(scheduler_address,
+                                                                  cluster_name)
+    if scheduler_address is None:
+        if stored is not None and stored.worker_scheduler_address:
+            scheduler_address = stored.worker_scheduler_address
+        elif for_submit:
+            raise click.BadParameter(
+                f"give the address the workers dial, or --cluster NAME of a running cluster "
+                f"of yours (none called {cluster_name!r} is stored)", param_hint="--scheduler")
+        else:
+            scheduler_address = "tls://scheduler.example:8786"
     tls = None
-    if any((tls_ca, tls_cert, tls_key)):
+    if given_tls:
         if not all((tls_ca, tls_cert, tls_key)):
             raise click.BadParameter("give all three of --tls-ca, --tls-cert and --tls-key",
                                      param_hint="--tls-*")
         tls = TLSFiles(str(Path(tls_ca).resolve()), str(Path(tls_cert).resolve()),
                        str(Path(tls_key).resolve()))
+    elif scheduler_address.startswith("tls://") and stored is not None and stored.tls:
+        tls = stored.files  # 0600 in the user's own directory; staged 0600 for the job
     elif scheduler_address.startswith("tls://"):
         if for_submit:
             raise click.BadParameter("a tls:// scheduler needs --tls-ca, --tls-cert and "
@@ -147,6 +181,12 @@ def _build(system: str, scheduler_address: str, cluster_name: str, pool_name: st
     connection = Connection(scheduler_address, tls, sni,
                             labels=("--scheduler", "--tls-ca", "--sni"))
     connection.check_pool(spec, "--pool")
+    if for_submit and connection.scheduler_address.startswith("tcp://"):
+        from hybrid.security import listen_host, warn_if_open
+
+        address = connection.scheduler_address
+        warn_if_open(f"the scheduler at {address}", address, listen_host(address),
+                     "--scheduler tcp://...")
     return WorkerJob(cluster, spec, connection)
 
 
@@ -177,7 +217,7 @@ def render(count: int, **options: Any) -> None:
 @click.command(epilog="""
 \b
 Examples:
-  hybrid submit --system slurm --scheduler tcp://10.0.0.5:8786 --count 4 --cores 2
+  hybrid submit --system slurm --cluster hybrid-1a2b3c4d --count 4 --cores 2
   hybrid submit --system htcondor --scheduler tls://gw.example.org:8786 \\
       --tls-ca ca.pem --tls-cert cert.pem --tls-key key.pem --sni daskgateway-NAME --json
 """)
@@ -197,6 +237,9 @@ def submit(count: int, as_json: bool, wait: bool, timeout: float | None,
 
     The jobs carry the cluster's tag, a lease and the worker's --death-timeout, so
     `hybrid gc` removes them (and their staging directory) once their scheduler is gone.
+    With --cluster NAME of a running cluster of yours and no --scheduler, the workers dial
+    its address with its TLS files (stored for your processes, staged 0600 for the jobs);
+    a plain tcp:// scheduler beyond loopback gets a warning: anyone reaching it runs code.
     """
     if timeout is not None and not wait:
         raise click.BadParameter("only with --wait", param_hint="--timeout")
@@ -294,8 +337,35 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_clearly
 def status(system: str, cluster_name: str | None, as_json: bool) -> None:
-    """List our jobs (those carrying hybrid's tag) as the batch system reports them."""
+    """List our jobs (those carrying hybrid's tag) as the batch system reports them.
+
+    With --cluster NAME of a cluster of yours that runs, a first line says what its
+    scheduler reports (asked with the credentials stored for your processes); not with
+    --json, whose output stays the list of jobs.
+    """
+    if cluster_name and not as_json:
+        line = _scheduler_line(cluster_name)
+        if line:
+            click.echo(line)
     _print_jobs(get_system(system).query(cluster=cluster_name), as_json)
+
+
+def _scheduler_line(cluster_name: str) -> str | None:
+    """What the scheduler of a stored cluster of this user says: its connected workers."""
+    from hybrid.security import ask_scheduler, find_credentials
+
+    stored = find_credentials(name=cluster_name)
+    if stored is None or not stored.scheduler_address:
+        return None
+    address = stored.scheduler_address
+    try:
+        identity = ask_scheduler(address, stored.security() if stored.tls else None)
+    except Exception as error:
+        return f"cluster {cluster_name}: scheduler {address} does not answer ({error})"
+    workers = sorted(str(w.get("name")) for w in identity.get("workers", {}).values())
+    dashboard = f"; dashboard {stored.dashboard_link}" if stored.dashboard_link else ""
+    return (f"cluster {cluster_name}: scheduler {address}, {len(workers)} worker(s) "
+            f"connected{': ' + ' '.join(workers) if workers else ''}{dashboard}")
 
 
 @click.command(epilog="""
@@ -345,8 +415,9 @@ Examples:
 @fail_clearly
 def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
     """Remove our jobs whose cluster is gone (their scheduler no longer answers), the
-    staging directories (with their TLS copies) that no job of a live cluster needs, and
-    what the system keeps for a gone cluster (a Kubernetes cluster's Secret)."""
+    staging directories (with their TLS copies) that no job of a live cluster needs, what
+    the system keeps for a gone cluster (a Kubernetes cluster's Secret), and the stored
+    credentials of your clusters whose process is gone."""
     batch_system = get_system(system)
     orphans = find_orphans(batch_system, timeout)
     if orphans and not dry_run:
@@ -357,10 +428,15 @@ def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
                                           removed=[j.job_id for j in orphans])
     clusters = remove_orphaned_clusters(batch_system, timeout, dry_run=dry_run,
                                         removed=[j.job_id for j in orphans])
+    from hybrid.security import stale_credentials
+
+    credentials = stale_credentials(lambda address: scheduler_reachable(address, timeout),
+                                    remove=not dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "orphans": [j.as_dict() for j in orphans],
                                "staging": [str(p) for p in directories],
-                               "clusters": clusters}))
+                               "clusters": clusters,
+                               "credentials": [str(c.directory) for c in credentials]}))
     else:
         verb = "would remove" if dry_run else "removed"
         click.echo(f"{verb} {len(orphans)} orphaned job(s)"
@@ -372,3 +448,6 @@ def gc(system: str, dry_run: bool, timeout: float, as_json: bool) -> None:
         click.echo(f"{verb} {len(directories)} staging director"
                    f"{'y' if len(directories) == 1 else 'ies'}"
                    + "".join(f"\n  {p}" for p in directories))
+        if credentials:
+            click.echo(f"{verb} the stored credentials of {len(credentials)} gone cluster(s)"
+                       + "".join(f"\n  {c.directory}" for c in credentials))

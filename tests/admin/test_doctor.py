@@ -70,8 +70,8 @@ def test_healthy_setup_passes_every_check(dev_gateway, gateway_cluster, worker_e
     )
     results = run_doctor(options)
     assert [r.name for r in results] == [
-        "gateway", "proxy port", "certificate", "TLS by SNI", "ports hybrid.worker.port-range",
-        "worker environment", "GPU sharing (CUDA MPS)"]
+        "gateway", "proxy port", "certificate", "TLS by SNI", "scheduler security",
+        "ports hybrid.worker.port-range", "worker environment", "GPU sharing (CUDA MPS)"]
     assert all(r.status is Status.ok for r in results), [r.as_dict() for r in results]
     by_name = {r.name: r.message for r in results}
     assert by_name["gateway"].startswith("dask-gateway 2")
@@ -299,6 +299,7 @@ def test_cli_exit_code_is_one_when_a_check_fails(free_worker_ports) -> None:
     ({"system": "sge"}, "--system"),
     ({"key": "k.pem"}, "--key"),
     ({"workers_per_node": 0}, "--workers-per-node"),
+    ({"scheduler": "tls://nowhere"}, "--scheduler"),
 ])
 def test_bad_options_are_refused_before_any_check(options: dict, field: str) -> None:
     with pytest.raises(ConfigurationError) as caught:

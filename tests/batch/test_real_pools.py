@@ -186,7 +186,7 @@ def test_a_held_htcondor_job_is_reported_with_its_hold_reason(htcondor_pool, sta
     # the worker gives up quickly (nothing listens at its scheduler address); its job then
     # cannot send back an output file that was never written, so HTCondor holds it
     with HybridCluster(name=f"held{os.getpid()}",
-                       worker_scheduler_address="tcp://127.0.0.1:9") as cluster:
+                       worker_scheduler_address="tls://127.0.0.1:9") as cluster:
         cluster.add_pool("cpu", "htcondor", death_timeout=2, nanny=False,
                          job_extra_directives=["transfer_output_files = never-written.txt"])
         cluster.scale(1)

@@ -123,8 +123,9 @@ def test_positional_kubernetes_backends_mean_what_they_mean_in_evaluator() -> No
         container = spec["containers"][0]
         assert container["image"] == "ghcr.io/example/evaluator:1"
         assert {"name": "OE_LICENSE", "value": "/x"} in container["env"]
+        # evaluator's mounts, and hybrid's own: the cluster's TLS files (TLS by default)
         assert {m["mountPath"] for m in container["volumeMounts"]} == {
-            "/secrets/oe_license.txt", "/evaluator-storage"}
+            "/secrets/oe_license.txt", "/evaluator-storage", "/etc/hybrid/tls"}
         assert "--no-nanny" in container["command"]
         assert spec["affinity"] == NODE_AFFINITY
 

@@ -224,7 +224,7 @@ def test_cluster_port_is_the_schedulers_port_and_finds_a_cluster_evaluator_start
     backend = DaskKubernetesBackend(cpu_resources_per_worker=cpu_resources(), volumes=SCRATCH,
                                     cluster_name="ported", cluster_port=port, api_client=api)
     with backend:
-        assert backend.cluster.scheduler_address == f"tcp://127.0.0.1:{port}"
+        assert backend.cluster.scheduler_address == f"tls://127.0.0.1:{port}"  # TLS: default
         recorded = DaskKubernetesExistingBackend(
             cpu_resources_per_worker=cpu_resources(), cluster_name="ported", cluster_port=1,
             volumes=SCRATCH, api_client=api)
