@@ -317,3 +317,13 @@ class DaskLSFBackend(_NamedBackend):
     """Workers from LSF (``-gpu num=N`` for GPU workers)."""
 
     system = "lsf"
+
+
+class DaskSGEBackend(BaseDaskJobQueueBackend):
+    """Workers from Grid Engine (``-l gpu=N`` for GPU workers, ``-pe smp N`` for several
+    threads). openff-evaluator has no Grid Engine backend: this one is ours, with the same
+    arguments as its LSF and PBS backends; the project (``-P``) and further ``-l`` requests
+    are ``hybrid.batch.sge.project`` and ``resource-spec``, or
+    ``system_options={"project": ...}``."""
+
+    system = "sge"
