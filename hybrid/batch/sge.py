@@ -333,7 +333,7 @@ class SGE(CommandLineSystem):
         """The job script; refused if any line after the header would be read as a
         directive (a user's own template, or a value that slipped past the checks)."""
         script = super().render(job, staging, count)
-        lines = script.splitlines()
+        lines = script.split("\n")  # as qsub splits it (not at \u2028 and the like)
         body = next((i for i, line in enumerate(lines[1:], 1)
                      if line.strip() and not line.startswith("#")), len(lines))
         for line in lines[body:]:
@@ -522,11 +522,13 @@ class SGE(CommandLineSystem):
 
 
 def _check_staging(path: Path) -> None:
-    """A staging directory qsub reads as it is written: ``host:path`` in ``-o``/``-wd``."""
-    if ":" in str(path):
+    """A staging directory qsub reads as it is written: it takes ``host:path`` in ``-o`` and
+    ``-wd``, and ends a directive line at ``#`` (tested with the real ``qsub -verify``)."""
+    if ":" in str(path) or "#" in str(path):
         raise ConfigurationError(
-            "hybrid.batch.staging-directory", str(path), "a path without ':' for Grid Engine "
-            "(qsub reads 'host:path' in -o and -wd)", "Choose a plain directory.")
+            "hybrid.batch.staging-directory", str(path), "a path without ':' or '#' for Grid "
+            "Engine (qsub reads 'host:path' in -o and -wd, and a '#' ends a directive line)",
+            "Choose a plain directory.")
 
 
 def _l_values(directive: str) -> list[str]:

@@ -60,19 +60,13 @@ def qsub_verify(script: str) -> dict[str, str]:
     result = subprocess.run(["qsub", "-verify"], input=script, capture_output=True, text=True,
                             timeout=60, cwd="/tmp")
     assert result.returncode == 0, result.stdout + result.stderr
+    before, _, after = result.stdout.partition("script_ptr:")
+    after = after.replace(script, "", 1)  # the script itself, printed verbatim
     fields: dict[str, str] = {}
-    in_script = False
-    for line in result.stdout.splitlines():
-        if line.startswith("script_ptr:"):
-            in_script = True
-            continue
-        if in_script:
-            if line.startswith("parallel environment:") or line.startswith("project:"):
-                in_script = False
-            else:
-                continue
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
+    for line in (before + after).splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.strip():
+            fields[key.strip()] = value.strip()
     return fields
 
 
@@ -468,3 +462,134 @@ def test_render_refuses_a_directive_line_below_the_header(tmp_path) -> None:
         with pytest.raises(TemplateError, match="directive line after its first command"):
             SGE().render(job, tmp_path, 1)
     assert "#$ -t 1-1\n" in SGE().render(job, tmp_path, 1)
+
+
+# --------------------------------------------------------------------------- the property
+#: What an attacker would try against qsub's reading of "#$" anywhere: lines hybrid refuses.
+SGE_INJECTIONS = ("\n#$ -t 1-1000\n", "\n#$-q x", "\r\n#$ -j n")
+#: "#$" that is no directive (not at a line's start): accepted, and must stay data.
+SGE_INERT = ("\n #$ -N indented", "x #$ -N mid-line", "#$ -N first")
+
+
+def _sge_values() -> Any:
+    from hypothesis import strategies as st
+
+    from tests.reliability import test_templates_property as prop
+
+    text = st.lists(st.one_of(prop.free_text, st.sampled_from(SGE_INERT)),
+                    max_size=4).map("".join)
+
+    @st.composite
+    def values(draw: Any) -> dict[str, Any]:
+        drawn = draw(prop.user_values())
+        drawn["env"] = {f"HYP_{i}": v for i, v in enumerate(draw(st.lists(text, max_size=3)))}
+        drawn["args"] = draw(st.lists(text, max_size=3))
+        if drawn["image"]:
+            drawn["options"] = draw(st.lists(text, max_size=2))
+        # one example in three carries an injection, in one value of one field
+        where = draw(st.sampled_from(["", "", "env", "args", "options"]))
+        if where == "env":
+            drawn["env"]["HYP_X"] = draw(text) + draw(st.sampled_from(SGE_INJECTIONS))
+        elif where == "args" or (where == "options" and not drawn["image"]):
+            drawn["args"].append(draw(st.sampled_from(SGE_INJECTIONS)) + draw(text))
+        elif where == "options":
+            drawn["options"].append(draw(st.sampled_from(SGE_INJECTIONS)))
+        drawn["word"] = draw(prop.words)
+        return drawn
+
+    return values()
+
+
+def _refused_field(values: dict[str, Any]) -> str | None:
+    """The field hybrid must refuse: the first value with a line that starts with #$."""
+    for index, value in enumerate(values["args"]):
+        if "\n#$" in value:
+            return f"worker_extra_args[{index}]"
+    for index, value in enumerate(values["options"]):
+        if "\n#$" in value:
+            return f"container_options[{index}]"
+    for name, value in values["env"].items():
+        if "\n#$" in value:
+            return f"env[{name!r}]"
+    return None
+
+
+def _verified(script: str) -> dict[str, str]:
+    fields = qsub_verify(script)
+    for key in ("script_size", "sge_o_workdir"):
+        fields.pop(key, None)
+    return fields
+
+
+def _sge_job(values: dict[str, Any], plain: bool) -> tuple[WorkerJob, SGE]:
+    from tests.reliability import test_templates_property as prop
+
+    options: dict[str, Any] = {"python": str(prop.RECORDER), "queue": values["queue"],
+                               "account": values["account"],
+                               "job_extra_directives": [f"-v HYP_D={values['word']}"]}
+    if not plain:
+        options.update(env=values["env"], worker_extra_args=values["args"])
+        if values["image"]:
+            options.update(container_image=values["image"], container_binds=values["binds"],
+                           container_options=values["options"])
+    spec = PoolSpec.build(values["pool"], "sge", check_paths=False, **options)
+    return WorkerJob(values["cluster"], spec, Connection(prop.SCHEDULER)), SGE()
+
+
+@pytest.mark.sge
+def test_user_strings_arrive_as_data_and_qsub_reads_only_hybrids_directives(sge_cell) -> None:
+    """The property of tests/reliability/test_templates_property.py for Grid Engine, with
+    ``qsub -verify`` (the real parser) as the reader: a drawn value either is refused naming
+    its field (a line starting with #$), or arrives exactly in the worker's arguments and
+    environment while qsub makes the same job of the script as of one without the user's
+    free text."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from tests.reliability import test_templates_property as prop
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              phases=[Phase.explicit, Phase.reuse, Phase.generate],
+              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                     HealthCheck.too_slow])
+    @given(values=_sge_values())
+    def check(values: dict[str, Any]) -> None:
+        staging = prop.WORK / "staging" / values["staging"]
+        staging.mkdir(parents=True, exist_ok=True)
+        refused = _refused_field(values)
+        if refused is not None:
+            with pytest.raises(ConfigurationError) as caught:
+                _sge_job(values, plain=False)
+            assert caught.value.field == f"add_pool({values['pool']!r}).{refused}"
+            return
+        job, system = _sge_job(values, plain=False)
+        if ":" in str(staging) or "#" in str(staging):
+            with pytest.raises(ConfigurationError, match="staging-directory"):
+                system.render(job, staging, prop.COUNT)
+            return
+        script = system.render(job, staging, prop.COUNT)
+        argv, env = prop.run_script(script, {"JOB_ID": "77", "SGE_TASK_ID": "2"})
+        assert argv == prop.expected_argv(job, values, "77.2")
+        prop.assert_user_values_arrived(argv, env, values)
+        base_job, _ = _sge_job(values, plain=True)
+        seen, baseline = (_verified(script),
+                          _verified(system.render(base_job, staging, prop.COUNT)))
+        assert seen == baseline
+        assert seen["job-array tasks"] == f"1-{prop.COUNT}:1"
+        assert seen["cwd"] == str(staging)
+        assert seen["context"].endswith(
+            f"HYBRID_TAG=HybridCluster:{values['cluster']}:{values['pool']}:{prop.SCHEDULER}")
+        assert f"HYP_D={values['word']}" in seen["env_list"]
+        assert not prop.CANARY.exists()
+
+    workdir = prop.WORK
+    (workdir / "bin").mkdir(parents=True, exist_ok=True)
+    (workdir / "record").mkdir(exist_ok=True)
+    prop.RECORDER.write_text('#!/bin/bash\nprintf \'%s\\0\' "$@" > "$RECORD/argv"\n'
+                             'env -0 > "$RECORD/env"\n')
+    prop.RECORDER.chmod(0o755)
+    if not (workdir / "bin" / "apptainer").exists():
+        (workdir / "bin" / "apptainer").symlink_to(prop.RECORDER)
+    try:
+        check()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
