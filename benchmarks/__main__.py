@@ -3,7 +3,7 @@ dask-jobqueue, interleaved; a table (median [range], ratio) on stdout and JSON o
 
 Run it from the repository root, as root, with the CI pools up::
 
-    bash ci/slurm/up.sh && bash ci/htcondor/up.sh $PWD/.venv
+    bash ci/slurm/up.sh && bash ci/sge/up.sh && bash ci/htcondor/up.sh $PWD/.venv
     .venv/bin/pip install -e '.[bench,md]'
     .venv/bin/python -m benchmarks                     # everything, 5 repetitions
     .venv/bin/python -m benchmarks --quick             # one small configuration of each
@@ -39,8 +39,8 @@ def parser() -> argparse.ArgumentParser:
                    help="one small configuration of each, once (what the test suite runs)")
     p.add_argument("--repeats", type=int, help="repetitions of every measure (default 5; "
                    "quick: 1)")
-    p.add_argument("--systems", nargs="+", choices=("htcondor", "slurm"),
-                   default=["htcondor", "slurm"])
+    p.add_argument("--systems", nargs="+", choices=("htcondor", "slurm", "sge"),
+                   default=["htcondor", "slurm", "sge"])
     p.add_argument("--sizes", nargs="+", type=int, help="scale-up sizes (default 1 4 16)")
     p.add_argument("--variants", nargs="+", choices=scaleup.VARIANTS,
                    default=list(scaleup.VARIANTS), help="scale-up variants")

@@ -1,10 +1,11 @@
 """The real batch systems the benchmarks use: finding them, dask-jobqueue's way into them.
 
-The CI pools (``ci/htcondor/up.sh``, ``ci/slurm/up.sh``) write ``env.sh`` files; the
-benchmarks read them, so ``python -m benchmarks`` works from a plain shell. dask-jobqueue's
-HTCondorCluster calls ``condor_submit``/``condor_rm``; on this machine those tools live only
-inside the pool's chroot, so :func:`condor_tools` puts two small shims on ``PATH`` that run
-the pool's own tools there, as the pool's job user (what a submit node would run).
+The CI pools (``ci/htcondor/up.sh``, ``ci/slurm/up.sh``, ``ci/sge/up.sh``) write ``env.sh``
+files; the benchmarks read them, so ``python -m benchmarks`` works from a plain shell.
+dask-jobqueue's HTCondorCluster calls ``condor_submit``/``condor_rm``; on this machine those
+tools live only inside the pool's chroot, so :func:`condor_tools` puts two small shims on
+``PATH`` that run the pool's own tools there, as the pool's job user (what a submit node
+would run).
 """
 
 from __future__ import annotations
@@ -59,6 +60,22 @@ def slurm_problem() -> str | None:
     if result.returncode != 0 and "Invalid job id" not in result.stderr:
         return f"squeue does not answer ({result.stderr.strip()}); run `bash ci/slurm/up.sh`"
     return None
+
+
+def sge_problem() -> str | None:
+    """Why Grid Engine cannot be used here (``None``: it answers)."""
+    source_env(STATE / "sge" / "env.sh")
+    if shutil.which("qsub") is None or not os.environ.get("SGE_CELL"):
+        return "qsub or the cell is missing: bring Grid Engine up with `bash ci/sge/up.sh` (root)"
+    result = subprocess.run(["qstat", "-u", "*"], capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        return f"qstat does not answer ({result.stderr.strip()}); run `bash ci/sge/up.sh`"
+    return None
+
+
+def problem(system: str) -> str | None:
+    """Why ``system`` cannot be used here (``None``: it answers)."""
+    return {"htcondor": htcondor_problem, "slurm": slurm_problem, "sge": sge_problem}[system]()
 
 
 def jobqueue_problem() -> str | None:
@@ -165,3 +182,50 @@ def slurm_cancel(*, name: str | None = None, comment_prefix: str | None = None) 
                if "|" in line and line.split("|", 1)[1].startswith(comment_prefix)]
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
+
+
+def sge_in_queue(*, name: str | None = None, name_prefix: str | None = None) -> int:
+    """How many tasks of jobs of this name (or name prefix) are in the Grid Engine queue (any
+    state: pending, held, running, being deleted)."""
+    import xml.etree.ElementTree as ET
+
+    from hybrid.batch.sge import task_numbers
+
+    out = subprocess.run(["qstat", "-xml", "-g", "d", "-u", "*"], capture_output=True,
+                         text=True, timeout=60).stdout
+    count = 0
+    for entry in ET.fromstring(out).iter("job_list") if out.strip() else []:
+        job_name = entry.findtext("JB_name") or ""
+        if (name is not None and job_name == name) or (
+                name_prefix is not None and job_name.startswith(name_prefix)):
+            count += len(task_numbers(entry.findtext("tasks") or "1"))
+    return count
+
+
+def sge_task_listed(job_id: str) -> bool:
+    """Whether the task ``JOB.TASK`` is still in the Grid Engine queue."""
+    import xml.etree.ElementTree as ET
+
+    from hybrid.batch.sge import task_numbers
+
+    number, _, task = job_id.partition(".")
+    out = subprocess.run(["qstat", "-xml", "-g", "d", "-u", "*"], capture_output=True,
+                         text=True, timeout=60).stdout
+    return any(entry.findtext("JB_job_number") == number
+               and task in task_numbers(entry.findtext("tasks") or "1")
+               for entry in (ET.fromstring(out).iter("job_list") if out.strip() else []))
+
+
+def sge_delete(name: str) -> None:
+    """Delete the jobs of this name (a wildcard pattern such as ``prefix*`` works too)."""
+    subprocess.run(["qdel", name], capture_output=True, timeout=60)
+
+
+def remove_named(system: str, marker: str) -> None:
+    """Remove a benchmark's jobs of ``marker`` (dask-jobqueue's jobs, the floor's)."""
+    if system == "htcondor":
+        condor_remove(f'BenchMarker == "{marker}"')
+    elif system == "slurm":
+        slurm_cancel(name=marker)
+    else:
+        sge_delete(marker)

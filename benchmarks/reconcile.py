@@ -36,6 +36,12 @@ def _remove_behind_our_back(system: str, job_id: str) -> None:
         while realpools.condor_in_queue(query) and time.monotonic() < deadline:
             time.sleep(0.1)
         return
+    if system == "sge":
+        subprocess.run(["qdel", job_id], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 120
+        while realpools.sge_task_listed(job_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return
     subprocess.run(["scancel", job_id], check=True, capture_output=True, timeout=60)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -49,8 +55,7 @@ def _remove_behind_our_back(system: str, job_id: str) -> None:
 def run(results: Results, systems: list[str], jobs: int, repeats: int) -> None:
     """Each available system: submit ``jobs``, time the polls ``repeats`` times, close."""
     for system in systems:
-        problem = (realpools.htcondor_problem() if system == "htcondor"
-                   else realpools.slurm_problem())
+        problem = realpools.problem(system)
         if problem:
             results.skip(f"reconcile ({system})", problem)
             continue

@@ -5,7 +5,8 @@ Four variants, interleaved in every repetition (their order rotates):
 - ``hybrid``: a :class:`hybrid.HybridCluster` with one pool on the system, its defaults
   (TLS with client certificates, a temporary CA made for each cluster).
 - ``hybrid (plain TCP)``: the same with ``security=False``: what TLS costs.
-- ``dask-jobqueue``: ``HTCondorCluster`` / ``SLURMCluster`` with theirs (nanny included).
+- ``dask-jobqueue``: ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with theirs (nanny
+  included).
 - ``floor``: what no launcher can beat on this pool: the pool's own time to start n trivial
   jobs (submitted in one transaction; each writes a time stamp when it starts) plus the time
   n bare workers (``python -m distributed.cli.dask_worker ADDRESS --no-nanny``) started
@@ -83,6 +84,8 @@ def hybrid_once(system: str, n: int, staging: Path, tls: bool = True) -> dict[st
 def _in_queue_hybrid(system: str, cluster: str) -> int:
     if system == "htcondor":
         return realpools.condor_in_queue(f'{TAG} == "{cluster}"')
+    if system == "sge":
+        return realpools.sge_in_queue(name_prefix=f"{TAG}-{cluster}-")
     return realpools.slurm_in_queue(comment_prefix=f"{TAG}:{cluster}:")
 
 
@@ -101,6 +104,17 @@ def jobqueue_once(system: str, n: int, staging: Path) -> dict[str, float]:
 
         make = lambda: HTCondorCluster(  # noqa: E731
             disk="1GiB", job_extra_directives={"My.BenchMarker": f'"{marker}"'}, **common)
+    elif system == "sge":
+        from dask_jobqueue import SGECluster
+
+        def in_queue() -> int:
+            return realpools.sge_in_queue(name=marker)
+
+        # the same request as hybrid's pool: one slot, mem_free=1 GiB, one output file
+        make = lambda: SGECluster(  # noqa: E731
+            queue=os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q"), walltime="00:30:00",
+            job_name=marker, resource_spec="mem_free=1G",
+            job_extra_directives=["-o /dev/null"], **common)
     else:
         from dask_jobqueue import SLURMCluster
 
@@ -124,10 +138,7 @@ def jobqueue_once(system: str, n: int, staging: Path) -> dict[str, float]:
     try:
         gone = wait_until(lambda: in_queue() == 0, 120, "dask-jobqueue's jobs still queued")
     finally:
-        if system == "htcondor":
-            realpools.condor_remove(f'BenchMarker == "{marker}"')
-        else:
-            realpools.slurm_cancel(name=marker)
+        realpools.remove_named(system, marker)
     return {"value": scaled, "close": closed - closing, "gone": gone - closed}
 
 
@@ -159,6 +170,21 @@ def pool_start(system: str, n: int) -> float:
             subprocess.run(["rm", "-rf", str(stamps)], check=False)
     stamps = Path(tempfile.mkdtemp(prefix="hybrid-bench-floor-"))
     stamps.chmod(0o1777)
+    if system == "sge":
+        try:
+            start = time.time()
+            subprocess.run(
+                ["qsub", "-terse", "-t", f"1-{n}", "-N", marker, "-o", "/dev/null", "-j", "y",
+                 "-S", "/bin/bash", "-l", "h_rt=00:05:00,mem_free=1024M",
+                 "-q", os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q")],
+                input=f"date +%s.%N > {stamps}/$SGE_TASK_ID\n", check=True,
+                capture_output=True, text=True, timeout=60, cwd=stamps)
+            wait_until(lambda: len([p for p in stamps.iterdir() if p.stat().st_size]) >= n,
+                       WAIT, "the floor's jobs did not all start", pause=0.05)
+            return max(float(p.read_text()) for p in stamps.iterdir()) - start
+        finally:
+            realpools.sge_delete(marker)
+            subprocess.run(["rm", "-rf", str(stamps)], check=False)
     try:
         start = time.time()
         subprocess.run(
@@ -221,8 +247,7 @@ def run(results: Results, systems: list[str], sizes: list[int], repeats: int,
                "floor": lambda system, n, staging: floor_once(system, n)}
     available = []
     for system in systems:
-        problem = (realpools.htcondor_problem() if system == "htcondor"
-                   else realpools.slurm_problem())
+        problem = realpools.problem(system)
         if problem:
             results.skip(f"scale-up ({system})", problem)
         else:

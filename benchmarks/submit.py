@@ -5,9 +5,9 @@ machine), timed until it returns: rendering, staging and the one submission. Its
 is recorded beside it (removing the n jobs, confirmed with the batch system).
 
 ``dask-jobqueue``: what its ``scale(n)`` does to submit: one job script per worker, written
-to a file and handed to ``condor_submit``/``sbatch``, all n at once on the event loop (as its
-``SpecCluster`` starts them), timed until every submit command has answered. Its jobs never run
-either, and removed by the benchmark afterwards.
+to a file and handed to ``condor_submit``/``sbatch``/``qsub``, all n at once on the event
+loop (as its ``SpecCluster`` starts them), timed until every submit command has answered. Its
+jobs never run either, and removed by the benchmark afterwards.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from benchmarks import realpools
 from benchmarks.harness import Results, log, repeat, rotated
 
 #: A directive that keeps the jobs from ever running (spooled HTCondor jobs cannot be held).
-HOLD = {"htcondor": "requirements = false", "slurm": "--hold"}
+HOLD = {"htcondor": "requirements = false", "slurm": "--hold", "sge": "-h"}
 
 
 def hybrid_once(system: str, n: int, staging: Path) -> dict[str, float]:
@@ -70,10 +70,7 @@ def jobqueue_once(system: str, n: int, staging: Path) -> float:
     try:
         return asyncio.run(submit_all())
     finally:
-        if system == "htcondor":
-            realpools.condor_remove(f'BenchMarker == "{marker}"')
-        else:
-            realpools.slurm_cancel(name=marker)
+        realpools.remove_named(system, marker)
 
 
 def _jobqueue_job(system: str, marker: str, staging: Path) -> tuple[type, dict[str, Any]]:
@@ -84,6 +81,13 @@ def _jobqueue_job(system: str, marker: str, staging: Path) -> tuple[type, dict[s
 
         return HTCondorJob, {**common, "disk": "1GiB", "job_extra_directives": {
             "My.BenchMarker": f'"{marker}"', "requirements": "false"}}
+    if system == "sge":
+        from dask_jobqueue.sge import SGEJob
+
+        return SGEJob, {**common, "queue": os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q"),
+                        "walltime": "00:30:00", "job_name": marker,
+                        "resource_spec": "mem_free=1G",
+                        "job_extra_directives": ["-o /dev/null", "-h"]}
     from dask_jobqueue.slurm import SLURMJob
 
     return SLURMJob, {**common, "queue": os.environ.get("HYBRID_CI_SLURM_PARTITION", "debug"),
@@ -95,8 +99,7 @@ def run(results: Results, systems: list[str], n: int, repeats: int) -> None:
     """Both ways on every available system, ``repeats`` times, interleaved."""
     available = []
     for system in systems:
-        problem = (realpools.htcondor_problem() if system == "htcondor"
-                   else realpools.slurm_problem())
+        problem = realpools.problem(system)
         if problem:
             results.skip(f"submit ({system})", problem)
         else:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install everything, bring up the REAL HTCondor
-# personal pool and the REAL Slurm, run ruff, the Sphinx docs (warnings are errors) and
-# pytest, and tear the pools down again even when something fails.
+# personal pool, the REAL Slurm and the REAL Grid Engine, run ruff, the Sphinx docs (warnings
+# are errors) and pytest, and tear the pools down again even when something fails.
 # Run it as root (the pools need it):   bash ci/test.sh [pytest arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +11,7 @@ STATE=${HYBRID_CI_STATE:-/var/tmp/hybrid-ci}
 log() { printf '[ci %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 if [[ $(id -u) != 0 ]]; then
-    echo "ci/test.sh must run as root: it installs and starts HTCondor and Slurm" >&2
+    echo "ci/test.sh must run as root: it installs and starts HTCondor, Slurm and Grid Engine" >&2
     exit 2
 fi
 
@@ -28,6 +28,7 @@ cleanup() {
     log "tearing down the pools"
     bash ci/htcondor/down.sh || true
     bash ci/slurm/down.sh || true
+    bash ci/sge/down.sh || true
     exit "$rc"
 }
 trap cleanup EXIT
@@ -37,12 +38,16 @@ bash ci/chromium.sh
 
 log "bringing up Slurm"
 bash ci/slurm/up.sh
+log "bringing up Grid Engine"
+bash ci/sge/up.sh
 log "bringing up HTCondor"
 bash ci/htcondor/up.sh "$VENV"
 # shellcheck disable=SC1091
 source "$STATE/slurm/env.sh"
 # shellcheck disable=SC1091
 source "$STATE/htcondor/env.sh"
+# shellcheck disable=SC1091
+source "$STATE/sge/env.sh"
 
 log "ruff"
 "$VENV/bin/ruff" check hybrid tests benchmarks

@@ -35,6 +35,9 @@ __all__ = [
     "Name",
     "PortRange",
     "ResourceLimits",
+    "ResourceName",
+    "ResourceNames",
+    "ResourceRequests",
     "Seconds",
     "Strings",
     "Walltime",
@@ -110,6 +113,33 @@ ConfigName = Annotated[str, BeforeValidator(_pattern(
 BatchWord = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}",
     "one word from A-Z a-z 0-9 . _ @ + -, starting with a letter or digit"))]
+#: A Grid Engine resource (complex) or parallel environment name: ``h_vmem``, ``smp``.
+_RESOURCE_RULE = ("a name from A-Z a-z 0-9 _ . -, starting with a letter or _ (a Grid Engine "
+                  "resource or parallel environment)")
+ResourceName = Annotated[str, BeforeValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}",
+                                                       _RESOURCE_RULE))]
+
+
+def _resource_names(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):  # one name
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise reject(f'a list of names, e.g. ["h_vmem"] or [] for none: {_RESOURCE_RULE}')
+    check = _pattern(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", f"a list of names: {_RESOURCE_RULE}")
+    return tuple(check(item) for item in value)
+
+
+#: Grid Engine resource names, ``["h_vmem", "mem_free"]`` (one bare name is a list of one).
+ResourceNames = Annotated[tuple[str, ...], BeforeValidator(_resource_names)]
+#: Grid Engine resource requests, ``name=value[,name=value...]`` (``qsub -l``): no spaces,
+#: quotes or shell characters, which a directive line would read otherwise.
+ResourceRequests = Annotated[str, BeforeValidator(_pattern(
+    r"[A-Za-z_][A-Za-z0-9_.-]*=[A-Za-z0-9_.:*|!&()@/+-]+"
+    r"(,[A-Za-z_][A-Za-z0-9_.-]*=[A-Za-z0-9_.:*|!&()@/+-]+)*",
+    'resource requests "name=value[,name=value...]" such as "h_vmem=4G,arch=lx-amd64" (no '
+    "spaces, quotes, $ or ;)"))]
 #: An environment variable name.
 EnvName = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z_][A-Za-z0-9_]{0,254}", "an environment variable name matching "

@@ -99,7 +99,7 @@ class PoolSpec(BaseModel):
                                    "(``<cluster>-<pool>-<job id>``).")
     system: Annotated[str, BeforeValidator(_system_name)] = Field(
         "local", description="Where the workers run: ``local`` (processes on this machine), "
-        "``htcondor``, ``slurm``, ``pbs``, ``lsf`` or ``kubernetes``.")
+        "``htcondor``, ``slurm``, ``pbs``, ``lsf``, ``sge`` (Grid Engine) or ``kubernetes``.")
     cores: count(1, 1024) = Field(
         1, description="Threads of each job, shared by its ``processes`` (dask-jobqueue's "
         "``cores``). Default: the resources' ``number_of_threads``, else 1.")
@@ -121,7 +121,8 @@ class PoolSpec(BaseModel):
         None, description="Queue, partition (Slurm) or accounting group (HTCondor). Default: "
         "``hybrid.batch.<system>.queue``, else the system's default.")
     account: BatchWord | None = Field(
-        None, description="Account (Slurm, PBS) or project (LSF). Default: "
+        None, description="Account (Slurm, PBS), project (LSF) or account string (Grid "
+        "Engine ``-A``; its project is ``hybrid.batch.sge.project``). Default: "
         "``hybrid.batch.<system>.account``.")
     job_extra_directives: Lines = Field(
         (), description="Further batch directives, one per item (dask-jobqueue's "

@@ -22,6 +22,7 @@ SYSTEMS: dict[str, str] = {
     "slurm": "hybrid.batch.slurm:Slurm",
     "pbs": "hybrid.batch.pbs:PBS",
     "lsf": "hybrid.batch.lsf:LSF",
+    "sge": "hybrid.batch.sge:SGE",
     "local": "hybrid.batch.local:LocalProcesses",
     "kubernetes": "hybrid.kubernetes.pods:KubernetesPods",
 }

@@ -1,4 +1,5 @@
-"""Session fixtures for the REAL batch systems: an HTCondor personal pool and a Slurm node.
+"""Session fixtures for the REAL batch systems: an HTCondor personal pool, a Slurm node and a
+Grid Engine cell.
 
 Each fixture brings its system up with the repo's own bring-up script (idempotent, fast when
 already up) and, if it was the one that started it, tears it down at the end of the session.
@@ -26,7 +27,7 @@ STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 
 #: Markers of the tests that need what only root can make here: a real batch system this
 #: suite must start, or a network namespace of their own (``netns``).
-POOL_MARKERS = ("htcondor", "slurm", "netns")
+POOL_MARKERS = ("htcondor", "slurm", "sge", "netns")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,9 +52,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     left = config.stash.get(_LEFT_OUT, 0)
     if left:
         terminalreporter.write_line(
-            f"hybrid: left out {left} tests that need the real HTCondor pool or Slurm, or a "
-            "network namespace of their own (only root can make them here), or Debian's "
-            "chromium where it is missing; run them all with `sudo bash ci/test.sh`",
+            f"hybrid: left out {left} tests that need the real HTCondor pool, Slurm or Grid "
+            "Engine, or a network namespace of their own (only root can make them here), or "
+            "Debian's chromium where it is missing; run them all with `sudo bash ci/test.sh`",
             yellow=True)
 
 
@@ -125,6 +126,18 @@ def slurm_cluster() -> Iterator[Path]:
     finally:
         if started:
             _bring_down("ci/slurm/down.sh")
+
+
+@pytest.fixture(scope="session")
+def sge_cell() -> Iterator[Path]:
+    """The real single-node Grid Engine (ci/sge/up.sh); yields its state directory."""
+    started = _bring_up("ci/sge/up.sh")
+    _source(STATE / "sge" / "env.sh")
+    try:
+        yield STATE / "sge"
+    finally:
+        if started:
+            _bring_down("ci/sge/down.sh")
 
 
 @pytest.fixture

@@ -57,7 +57,7 @@ def goals(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.slurm
 def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cluster,
                                                          tmp_path):
-    data = run_benchmark("scale-up", tmp_path)
+    data = run_benchmark("scale-up", tmp_path, "--systems", "htcondor", "slurm")
     seen = variants(data, "scale-up")
     for system in ("htcondor", "slurm"):
         for n in (1, 2):
@@ -76,7 +76,7 @@ def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cl
 @pytest.mark.slurm
 def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slurm_cluster,
                                                               tmp_path):
-    data = run_benchmark("submit", tmp_path)
+    data = run_benchmark("submit", tmp_path, "--systems", "htcondor", "slurm")
     assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
                                         for v in ("hybrid", "dask-jobqueue")}
     assert all(g["met"] in (True, False) for g in goals(data)["P2"])
@@ -86,11 +86,34 @@ def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slu
 @pytest.mark.slurm
 def test_reconcile_polls_with_the_history_and_matches_names(htcondor_pool, slurm_cluster,
                                                             tmp_path):
-    data = run_benchmark("reconcile", tmp_path)
+    data = run_benchmark("reconcile", tmp_path, "--systems", "htcondor", "slurm")
     for system in ("htcondor", "slurm"):
         assert variants(data, "reconcile") >= {
             (system, "100 jobs", v) for v in ("poll (history)", "poll", "match 1000 workers",
                                               "close")}
+
+
+@pytest.mark.sge
+def test_grid_engine_scale_up_beside_sgecluster_on_the_same_cell(sge_cell, tmp_path):
+    data = run_benchmark("scale-up", tmp_path, "--systems", "sge")
+    seen = variants(data, "scale-up")
+    for n in (1, 2):
+        for variant in ("hybrid", "dask-jobqueue", "floor", "floor: pool start",
+                        "floor: bare workers"):
+            assert ("sge", f"n={n}", variant) in seen, (n, variant, seen)
+        for benchmark in ("close", "queue empty after close"):
+            assert {("sge", f"n={n}", v) for v in ("hybrid", "dask-jobqueue")} <= variants(
+                data, benchmark)
+
+
+@pytest.mark.sge
+def test_grid_engine_submit_and_reconcile(sge_cell, tmp_path):
+    data = run_benchmark("submit", tmp_path, "--systems", "sge")
+    assert variants(data, "submit") == {("sge", "n=20", v) for v in ("hybrid", "dask-jobqueue")}
+    data = run_benchmark("reconcile", tmp_path, "--systems", "sge")
+    assert variants(data, "reconcile") >= {
+        ("sge", "100 jobs", v) for v in ("poll (history)", "poll", "match 1000 workers",
+                                         "close")}
 
 
 def test_annotation_measures_both_graphs_annotated_and_not(tmp_path):

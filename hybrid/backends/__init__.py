@@ -14,6 +14,7 @@ from hybrid.backends.batch import (
     DaskHTCondorBackend,
     DaskLSFBackend,
     DaskPBSBackend,
+    DaskSGEBackend,
     DaskSLURMBackend,
 )
 from hybrid.backends.local import DaskLocalCluster, NoGPUWarning
@@ -40,6 +41,7 @@ __all__ = [
     "DaskLSFBackend",
     "DaskLocalCluster",
     "DaskPBSBackend",
+    "DaskSGEBackend",
     "DaskSLURMBackend",
     "NoGPUWarning",
 ]

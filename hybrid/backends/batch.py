@@ -158,9 +158,9 @@ class BaseDaskJobQueueBackend(BaseDaskBackend):
                                      f"{own!r} or None (this backend's batch system)")
         if own is None and cluster_type is None:
             raise ConfigurationError(
-                f"{name}.cluster_type", None, "the batch system: 'htcondor', 'slurm', 'pbs' "
-                "or 'lsf'", "Or use DaskHTCondorBackend, DaskSLURMBackend, DaskPBSBackend or "
-                "DaskLSFBackend, which set it.")
+                f"{name}.cluster_type", None, "the batch system: 'htcondor', 'slurm', 'pbs', "
+                "'lsf' or 'sge'", "Or use DaskHTCondorBackend, DaskSLURMBackend, DaskPBSBackend, "
+                "DaskLSFBackend or DaskSGEBackend, which set it.")
         return own or cluster_type
 
     @property
@@ -322,3 +322,13 @@ class DaskLSFBackend(_NamedBackend):
     """Workers from LSF (``-gpu num=N`` for GPU workers)."""
 
     system = "lsf"
+
+
+class DaskSGEBackend(_NamedBackend):
+    """Workers from Grid Engine (``-l gpu=N`` for GPU workers, ``-pe smp N`` for several
+    threads). openff-evaluator has no Grid Engine backend: this one is ours, with the same
+    arguments as its LSF and PBS backends; the project (``-P``) and further ``-l`` requests
+    are ``hybrid.batch.sge.project`` and ``resource-spec``, or
+    ``system_options={"project": ...}``."""
+
+    system = "sge"

@@ -111,7 +111,7 @@ class HTCGateway(Gateway):
                     **kwargs: Any) -> HTCGatewayCluster:
         """Submit a new cluster to the gateway and wait for it to start (as the stock client).
 
-        Batch workers: ``pool`` (htcondor, slurm, pbs, lsf, local, kubernetes; default
+        Batch workers: ``pool`` (htcondor, slurm, sge, pbs, lsf, local, kubernetes; default
         ``hybrid.gateway.pool``) with ``worker_cores``, ``worker_memory`` (GiB as a number, or
         ``"4 GiB"``), ``worker_gpus``, ``worker_walltime``, ``env`` and one environment
         (``container_image``, ``pixi_project`` + ``pixi_env``, ``conda_env``), or

@@ -186,7 +186,7 @@ def pool_specs(options: Mapping[str, Any], env: Mapping[str, str],
         if single:
             key = next(iter(single))
             raise ConfigurationError(key, single[key], "a batch pool to apply to",
-                                     "Give pool='slurm' (or htcondor, pbs, lsf, local, "
+                                     "Give pool='slurm' (or htcondor, sge, pbs, lsf, local, "
                                      "kubernetes) or set hybrid.gateway.pool; this gateway "
                                      "does not offer the option itself.")
         return {}

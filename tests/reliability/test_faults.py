@@ -1,8 +1,10 @@
-"""Faults on the REAL HTCondor pool and the REAL Slurm: nothing lost, nothing left behind.
+"""Faults on the REAL HTCondor pool, the REAL Slurm and the REAL Grid Engine: nothing lost,
+nothing left behind.
 
 Every test ends with a correct result (or the batch system's own reason) and with ZERO jobs
 of its cluster in the batch system, checked with the batch system itself (``condor_jobs`` and
-``slurm_jobs`` of tests/batch/test_real_pools.py), not with hybrid's bookkeeping. Waits have
+``slurm_jobs`` of tests/batch/test_real_pools.py, ``sge_jobs`` of tests/batch/test_sge.py), not
+with hybrid's bookkeeping. Waits have
 deadlines; what a test measures, it asserts as a bound, and docs/reliability.md ("Faults")
 lists those bounds. Counting reconcile periods (a wrapper around ``PoolManager.reconcile``
 that counts its calls) replaces "sleep, then check nothing happened".
@@ -30,6 +32,7 @@ from hybrid import HybridCluster
 from hybrid.errors import BatchError, PoolFailed, WorkersDidNotArrive
 from hybrid.manager import PoolManager
 from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
+from tests.batch.test_sge import sge_jobs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,6 +82,11 @@ def remove_slurm(ids: list[str]) -> None:
     subprocess.run(["scancel", *ids], check=True, capture_output=True, timeout=60)
 
 
+def remove_sge(ids: list[str]) -> None:
+    """``qdel`` from outside hybrid."""
+    subprocess.run(["qdel", *ids], check=True, capture_output=True, timeout=60)
+
+
 class RealSystem:
     """One real batch system as a test sees it from outside hybrid."""
 
@@ -106,18 +114,23 @@ SYSTEMS = {
     "slurm": RealSystem(
         "slurm", slurm_jobs, remove_slurm, tls=False, never_starts="--begin=now+1hour",
         held="--hold", held_reason="JobHeldUser"),
+    "sge": RealSystem(
+        "sge", sge_jobs, remove_sge, tls=True, never_starts="-a 209912312359",
+        held="-h", held_reason=r"on hold \(hqw"),
 }
-FIXTURES = {"htcondor": "htcondor_pool", "slurm": "slurm_cluster"}
+FIXTURES = {"htcondor": "htcondor_pool", "slurm": "slurm_cluster", "sge": "sge_cell"}
 
 
 #: One run per real system, each with its marker (so a contributor who is not root, who
 #: cannot start the pools, has them left out).
 REAL = [pytest.param("htcondor", marks=pytest.mark.htcondor),
-        pytest.param("slurm", marks=pytest.mark.slurm)]
+        pytest.param("slurm", marks=pytest.mark.slurm),
+        pytest.param("sge", marks=pytest.mark.sge)]
 
 
 def bring_up(request) -> RealSystem:
-    """The real batch system of this run, up (HTCondor with TLS workers, Slurm without)."""
+    """The real batch system of this run, up (HTCondor and Grid Engine with TLS workers, Slurm
+    without)."""
     request.getfixturevalue(FIXTURES[request.param])
     return SYSTEMS[request.param]
 
