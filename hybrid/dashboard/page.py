@@ -25,7 +25,7 @@ from typing import Any
 logger = logging.getLogger("distributed.scheduler.hybrid_pools")
 
 #: Where the client publishes the pools: ``scheduler.get_metadata([POOLS_METADATA_KEY])``.
-POOLS_METADATA_KEY = "hybrid-pools"
+POOLS_METADATA_KEY = "hybrid-pool-status"
 #: The snapshot's layout (``format``), raised when it changes incompatibly.
 POOLS_FORMAT = 1
 #: The page's path below the dashboard's prefix.

@@ -429,3 +429,15 @@ def test_connect_to_a_cluster_made_without_hybrid_then_add_a_pool(htc_gateway, s
     finally:
         _clean_up(htc_gateway, [name], ())
     assert name not in {r.name for r in htc_gateway.list_clusters()}
+
+
+def test_each_kind_of_scheduler_metadata_has_its_own_key() -> None:
+    """The pools' specs (read back by connect), the admin's limits and the dashboard's
+    snapshot live under different keys: sharing one made connect() read the snapshot as
+    pools "written by another version of hybrid"."""
+    from hybrid.dashboard import POOLS_METADATA_KEY
+    from hybrid.gateway.options import LIMITS_KEY, METADATA_KEY
+    from hybrid.gateway_server.scheduler import LIMITS_METADATA_KEY
+
+    assert LIMITS_KEY == LIMITS_METADATA_KEY
+    assert len({METADATA_KEY, LIMITS_KEY, POOLS_METADATA_KEY}) == 3
