@@ -453,8 +453,8 @@ class PoolManager(WaitingForWorkers, Closing):
                     logger.warning("pool %s: reconciling with %s failed: %s", pool.name,
                                    pool.system.name, error)
             for observer in list(self.observers):
-                try:
-                    await observer()
+                try:  # bounded: a scheduler that does not answer must not stall the pools
+                    await asyncio.wait_for(observer(), SCHEDULER_ANSWERS_WITHIN)
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # an observer never stops the reconciling
