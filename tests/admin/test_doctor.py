@@ -296,7 +296,7 @@ def test_cli_exit_code_is_one_when_a_check_fails(free_worker_ports) -> None:
     ({"proxy_address": "gateway"}, "--proxy-address"),
     ({"cluster_name": "x"}, "--cluster-name"),  # without --proxy-address and --cert
     ({"proxy_address": "h:1", "cert": "c", "cluster_name": "bad name"}, "--cluster-name"),
-    ({"system": "sge"}, "--system"),
+    ({"system": "torque"}, "--system"),
     ({"key": "k.pem"}, "--key"),
     ({"workers_per_node": 0}, "--workers-per-node"),
     ({"scheduler": "tls://nowhere"}, "--scheduler"),
@@ -308,13 +308,11 @@ def test_bad_options_are_refused_before_any_check(options: dict, field: str) -> 
 
 
 @pytest.mark.htcondor
-def test_htcondor_pool_answers() -> None:
-    """With the CI pool (ci/htcondor/up.sh): bindings, token and schedd all fine."""
-    state = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci")) / "htcondor"
-    config = os.environ.get("CONDOR_CONFIG") or str(state / "condor_config")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CONDOR_CONFIG", config)
-        result = doctor.check_batch_system("htcondor")
+@pytest.mark.htcondor
+def test_htcondor_pool_answers(htcondor_pool) -> None:
+    """With the CI pool (ci/htcondor/up.sh, its client configuration loaded by the fixture,
+    whatever imported the bindings before): bindings, token and schedd all fine."""
+    result = doctor.check_batch_system("htcondor")
     assert result.status is Status.ok, result.as_dict()
     assert "schedd answers" in result.message
 
