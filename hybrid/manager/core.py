@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -261,6 +262,14 @@ class PoolManager(WaitingForWorkers, Closing):
         if new:
             pool._connected.update(new)
             pool.failures = 0
+        for job_id in new:
+            # a job whose worker connected runs, whatever the last query (before it started)
+            # said: its status says so now, not one poll-interval later
+            status = pool.jobs.get(job_id)
+            if status is not None and status.state is JobState.pending:
+                pool.jobs[job_id] = dataclasses.replace(status, state=JobState.running,
+                                                        reason=None)
+                pool._first_pending.pop(job_id, None)
 
     # ------------------------------------------------------------------ workers
     async def live_workers(self) -> dict[str, dict[str, Any]]:

@@ -111,8 +111,9 @@ def cluster_html(kind: str, name: str, status: str, dashboard_link: str | None,
                 f"{html.escape(dashboard_link)}</a> (pools: <a href='"
                 f"{html.escape(base + '/pools', quote=True)}' target='_blank'>"
                 f"{html.escape(base + '/pools')}</a>)")
+    # "Not Available": dask-gateway's GatewayCluster wording, which its own tests look for
     facts = [f"<li><b>Status:</b> {html.escape(status)}</li>",
-             f"<li><b>Dashboard:</b> {link or 'not available'}</li>"]
+             f"<li><b>Dashboard:</b> {link or 'Not Available'}</li>"]
     if scheduler_address:
         facts.append(f"<li><b>Scheduler:</b> {html.escape(scheduler_address)}</li>")
     if workers is not None:

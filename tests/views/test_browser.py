@@ -14,7 +14,7 @@ import pytest
 
 from hybrid import HybridCluster
 from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
-from tests.views.browser import chromium, screenshot
+from tests.views.browser import assert_served_with, chromium, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -119,6 +119,13 @@ def _pools_page(cluster: HybridCluster) -> str:
     return cluster.dashboard_link.replace("/status", "/pools")
 
 
+def _cluster_ca(cluster: HybridCluster) -> str:
+    """The cluster's CA (PEM): its dashboard is HTTPS with the cluster's certificate."""
+    ca = cluster.security.tls_ca_file
+    assert ca and cluster.dashboard_link.startswith("https://"), cluster.dashboard_link
+    return ca if "-----BEGIN" in ca else open(ca).read()
+
+
 def _published(cluster: HybridCluster) -> dict:
     from hybrid.dashboard import POOLS_METADATA_KEY
 
@@ -143,7 +150,14 @@ def test_the_pools_page_of_a_live_cluster_on_htcondor(htcondor_pool, staging, tm
         [queued_job] = cluster.pools["queued"].jobs
         wait_for(lambda: (p := _published(cluster).get("pools")) and p["cpu"]["workers"] == 2
                  and p["queued"]["jobs"]["pending"] == 1, 120, "the pools published")
-        with chromium(tmp_path / "profile", height=1100) as browser:
+        from playwright.sync_api import Error as PlaywrightError
+
+        ca = _cluster_ca(cluster)
+        assert_served_with(_pools_page(cluster), ca)
+        with chromium(tmp_path / "other", height=400) as browser:  # without the cluster's CA
+            with pytest.raises(PlaywrightError, match="ERR_CERT_AUTHORITY_INVALID"):
+                browser.new_page().goto(_pools_page(cluster))
+        with chromium(tmp_path / "profile", height=1100, trust=ca) as browser:
             page = browser.new_page()
             page.goto(_pools_page(cluster))
             message = page.locator(".hybrid-pools-message")
@@ -182,7 +196,9 @@ def test_a_failing_batch_query_shows_on_the_pools_page(slurm_cluster, staging, t
             patch.setenv("SLURM_CONF", str(broken))
             wait_for(lambda: (_published(cluster).get("pools") or {}).get("cpu", {}).get(
                 "error"), 120, "the failed query published")
-            with chromium(tmp_path / "profile", height=700) as browser:
+            ca = _cluster_ca(cluster)
+            assert_served_with(_pools_page(cluster), ca)
+            with chromium(tmp_path / "profile", height=700, trust=ca) as browser:
                 page = browser.new_page()
                 page.goto(_pools_page(cluster))
                 failure = page.locator(".hybrid-pools-message").get_by_text(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import dask
 import pytest
 
 from hybrid import HybridCluster
@@ -52,6 +53,21 @@ def test_the_widget_refuses_bad_values_with_the_apis_errors_and_submits_nothing(
         assert cluster.pool_status()["cpu"].adaptive == (0, 3)
         view.redraw()
         assert "<td>0-3</td>" in view.table.value
+
+
+def test_a_job_whose_worker_connected_shows_running_without_waiting_for_a_poll(
+        staging) -> None:
+    """What a notebook shows right after ``wait_for_workers``: the connected worker's job
+    runs (no batch query has run: the poll interval is an hour)."""
+    with dask.config.set({"hybrid.batch.poll-interval": "1 hour"}), HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        cluster.scale(1, pool="cpu")
+        assert cluster.pool_status()["cpu"].jobs["pending"] == 1  # as submitted
+        cluster.wait_for_workers(1, pool="cpu", timeout=60, progress=False)
+        status = cluster.pool_status()["cpu"]
+        assert (status.connected, status.jobs["pending"], status.jobs["running"]) == (1, 0, 1)
+        assert re.search(r"<td>cpu</td><td>local</td><td>notGPU: 1 core</td><td>1</td>"
+                         r"<td>1</td><td>0</td><td>1</td>", cluster._repr_html_())
 
 
 def test_a_pool_added_later_gets_its_row_and_controls(staging) -> None:
