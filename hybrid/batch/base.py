@@ -178,6 +178,9 @@ class BatchSystem(abc.ABC):
 
     #: The command-line options of this system's directives that hybrid sets itself.
     reserved_options: ClassVar[ReservedOptions | None] = None
+    #: The queue names this system's submit tool takes, where narrower than any word
+    #: (a pattern and its words for the error), e.g. qsub's ``-q queue@server``.
+    queue_names: ClassVar[tuple[str, str] | None] = None
 
     @classmethod
     def reserved(cls) -> tuple[tuple[str, str], ...]:
@@ -197,6 +200,11 @@ class BatchSystem(abc.ABC):
         """Refuse what this system cannot carry: directives that override hybrid's own."""
         from hybrid.fields import reject
 
+        if cls.queue_names and spec.queue is not None and not re.fullmatch(
+                cls.queue_names[0], spec.queue):
+            raise reject(f"a {cls.name} queue: {cls.queue_names[1]}",
+                         "Give the queue's name as the batch system lists it.",
+                         field="queue", value=spec.queue)
         for index, directive in enumerate(spec.job_extra_directives):
             what = cls.refused_directive(directive)
             if what is not None:

@@ -79,6 +79,8 @@ class LSF(CommandLineSystem):
         words={"-J": "the job array and its name", "-Jd": "the job description (hybrid's tag)",
                "-o": "the job's log file", "-oo": "the job's log file",
                "-e": "the job's log file", "-eo": "the job's log file"})
+    #: bsub's ``-q``: one queue name (bqueues lists them).
+    queue_names = (r"[A-Za-z0-9_.-]+", "letters, digits, _ . - (bqueues lists them)")
 
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``Job <1234> is submitted ...``: the elements are ``1234[1]`` .. ``1234[n]``."""

@@ -113,6 +113,9 @@ class PBS(CommandLineSystem):
         short={"J": "the job array", "N": "the job name", "o": "the job's log file",
                "e": "the job's log file", "j": "the job's log file"},
         flags="fhIVXz")
+    #: qsub's ``-q``: a queue, optionally at a server (``workq``, ``gpu@pbs01``).
+    queue_names = (r"[A-Za-z0-9_.-]+(@[A-Za-z0-9_.:-]+)?",
+                   "letters, digits, _ . - and at most one @server (qstat -Q lists them)")
 
     def context(self, job: Any, staging: Path, count: int) -> dict[str, Any]:
         """The shared variables, and the site's own resource line (``resource_spec``)."""

@@ -244,6 +244,27 @@ def test_pbs_directives_parse_as_qsub_reads_them() -> None:
     assert ("-l", "select=1:ncpus=2:mem=4096mb") in single
 
 
+@pytest.mark.parametrize("queue", ["0+", "a@b@c", "gpu+fast@pbs01"])
+def test_a_queue_qsub_would_refuse_is_refused_at_the_edge(queue: str) -> None:
+    """Words the other systems take but qsub's ``-q`` does not: one clear error naming the
+    field, before anything is rendered (the double refuses them as qsub does)."""
+    with pytest.raises(pbs_double.DoubleUsageError, match="-q"):
+        pbs_double.check_option("-q", queue)
+    with pytest.raises(ConfigurationError, match=r"queue = .*qstat -Q"):
+        PoolSpec.build("p", "pbs", check_paths=False, queue=queue)
+    for good in ("workq", "gpu@pbs01.example.org"):
+        assert PoolSpec.build("p", "pbs", check_paths=False, queue=good).queue == good
+
+
+@pytest.mark.parametrize("queue", ["0+", "gpu@host"])
+def test_a_queue_bsub_would_refuse_is_refused_at_the_edge(queue: str) -> None:
+    with pytest.raises(batch_double.DoubleUsageError, match="-q"):
+        lsf_double.check_option("-q", queue)
+    with pytest.raises(ConfigurationError, match=r"queue = .*bqueues"):
+        PoolSpec.build("p", "lsf", check_paths=False, queue=queue)
+    assert PoolSpec.build("p", "lsf", check_paths=False, queue="short_gpu").queue == "short_gpu"
+
+
 def test_lsf_directives_parse_as_bsub_reads_them() -> None:
     with dask.config.set(PINNED_CONFIG):
         job, _ = golden_jobs()["lsf:gpu_full"]

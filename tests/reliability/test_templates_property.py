@@ -40,11 +40,12 @@ from typing import Any
 import htcondor2
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hybrid.batch import WorkerJob, get_system
 from hybrid.batch.slurm import Slurm
+from hybrid.errors import ConfigurationError
 from hybrid.fields import LINE_BREAKS
 from hybrid.pools import PoolSpec
 from hybrid.worker import Connection, worker_command
@@ -246,6 +247,12 @@ def workdir() -> Iterator[Path]:
 
 
 def check_script_system(system: str, values: dict[str, Any], staging: Path) -> None:
+    rule = get_system(system).queue_names
+    if values["queue"] and rule and not re.fullmatch(rule[0], values["queue"]):
+        # a word the other systems take but this one's submit tool does not: refused at the edge
+        with pytest.raises(ConfigurationError, match="queue"):
+            build(values, system)
+        return
     job, batch = build(values, system)
     script = batch.render(job, staging, COUNT)
     variables, job_id = JOB_IDS[system]
@@ -304,6 +311,9 @@ def check_kubernetes(values: dict[str, Any], staging: Path) -> None:
 @settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(values=user_values())
+@example(values={"cluster": "c", "pool": "p", "env": {}, "args": [], "queue": "0+",
+                 "account": None, "image": None, "binds": [], "options": [], "directive": "x",
+                 "key": "hyp_x", "staging": "s"})  # found by CI: qsub's -q refuses '+'
 def test_user_strings_arrive_unchanged_as_data_on_every_system(workdir: Path,
                                                                values: dict[str, Any]) -> None:
     staging = workdir / "staging" / values["staging"]
