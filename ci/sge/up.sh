@@ -371,10 +371,14 @@ queue_ok() {
 qmaster_answers() { timeout 10 qconf -sh >/dev/null 2>&1; }
 
 # ---------------------------------------------------------------- warm?
+# Daemons alive with this configuration: up. Their answers may be slow on a loaded machine
+# (every test session runs this script, and other tests' jobs run meanwhile): they get 30 s
+# before the cell counts as broken, as a cold start would kill those jobs.
+answers() { qmaster_answers && queue_ok; }
 if qpid=$(recorded_pid "$RUN/qmaster.pid" sge_qmaster) \
    && epid=$(recorded_pid "$RUN/execd.pid" sge_execd) \
    && [[ "$(cat "$RUN/config.sha" 2>/dev/null)" == "$FINGERPRINT" ]] \
-   && qmaster_answers && queue_ok; then
+   && wait_for 30 answers; then
     mark "warm check"
     write_env
     log "already up: sge_qmaster $qpid, sge_execd $epid; queue $QUEUE@$HOST ready"

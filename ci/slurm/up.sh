@@ -79,8 +79,9 @@ wait_for() {
 ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
 node_state() { sinfo -h -N -n "$NODE" -o '%T' 2>/dev/null | head -n1; }
 node_idle() { [[ "$(node_state)" == idle ]]; }
-# usable: idle, or busy with jobs of an earlier test (never restart under them)
-node_usable() { [[ "$(node_state)" =~ ^(idle|mixed|allocated|completing)$ ]]; }
+# usable: idle, or busy with jobs of an earlier test (never restart under them); sinfo adds
+# "+" when the node is in more than one of these at once (e.g. "allocated+": completing too)
+node_usable() { [[ "$(node_state)" =~ ^(idle|mixed|allocated|completing)\+?$ ]]; }
 munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 
 [[ $(id -u) -eq 0 ]] || fail "must run as root (it installs packages and writes $CONF)"
@@ -163,11 +164,15 @@ EOF
 }
 
 # ---------------------------------------------------------------- warm?
+# Daemons alive with this configuration: up. Their answers may be slow on a loaded machine
+# (every test session runs this script, and other tests' jobs run meanwhile): they get 30 s
+# before the pool counts as broken, as a cold start would kill those jobs.
+answers() { munge_ok && ctld_up && node_usable; }
 if pid_alive "$MUNGE_DIR/munged.pid" munged \
    && pid_alive "$RUN/slurmctld.pid" slurmctld \
    && pid_alive "$RUN/slurmd.pid" slurmd \
    && [[ -f $CONF && "$(cat "$CONF")" == "$NEWCONF" ]] \
-   && munge_ok && ctld_up && node_usable; then
+   && wait_for 30 answers; then
     mark "warm check"
     write_env
     log "already up: munged $(cat "$MUNGE_DIR/munged.pid"), slurmctld $(cat "$RUN/slurmctld.pid"), slurmd $(cat "$RUN/slurmd.pid"); node $NODE $(node_state)"
