@@ -57,5 +57,5 @@ docs_out=$(mktemp -d)
 rm -rf "$docs_out"
 
 log "pytest"
-"$VENV/bin/python" -m pytest -p no:cacheprovider -q "$@"
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q --durations=30 "$@"
 log "all done in $((SECONDS - start)) s"
