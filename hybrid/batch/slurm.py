@@ -3,17 +3,26 @@
 Jobs carry ``--comment=<tag>:<cluster>:<pool>:<scheduler>``; array tasks are tracked as
 ``JOBID_TASK``. A request beyond the site's ``MaxArraySize`` (``max_array_size``) goes out as
 several arrays, one ``sbatch`` each.
+
+The queue is read as JSON (``squeue --json``) where the installed Slurm offers it (21.08 and
+later, with its JSON plugin), so a job name, comment or pending reason with spaces is read
+whole; older Slurm is read from ``squeue --format`` with a separator and ``scontrol show job
+--oneliner`` split at its ``Key=`` words (values with spaces whole there too).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from hybrid.batch.base import (
     CommandLineSystem,
     JobState,
+    JobStatus,
     ReservedOptions,
     SystemSettings,
     WorkerJob,
@@ -35,6 +44,18 @@ _STATES = {
     "DEADLINE": JobState.failed, "PREEMPTED": JobState.failed, "SPECIAL_EXIT": JobState.failed,
 }
 _SEP = "\x1f"  # a separator no job name or comment contains
+#: Where a ``Key=`` word starts in ``scontrol show job --oneliner`` (keys hold ``/`` and ``:``).
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+class SlurmJob(NamedTuple):
+    """One array task (or job) as Slurm reports it."""
+
+    job_id: str
+    name: str
+    comment: str
+    state: JobState
+    reason: str | None
 
 
 def slurm_state(state: str, reason: str | None) -> JobState:
@@ -62,6 +83,8 @@ class Slurm(CommandLineSystem):
     remove_command = "scancel"
     gone_words = ("already completing or completed", "Invalid job id")
     Settings = SlurmSettings
+    #: Whether ``squeue --json`` answers (``None``: not asked yet).
+    _json: bool | None = None
     unreachable_fix = ("Check that slurmctld is up and reachable (scontrol ping), and "
                        "SLURM_CONF.")
     reserved_options = ReservedOptions(
@@ -95,20 +118,40 @@ class Slurm(CommandLineSystem):
             raise BatchError(f"sbatch answered {out.strip()!r}, not a job id")
         return [f"{job}_{i}" for i in range(1, count + 1)]
 
+    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
+              history: bool = False) -> list[JobStatus]:
+        """Our jobs, from ``squeue --json`` where this Slurm offers it (see the module)."""
+        if self._json is None:
+            usage = run_command(["squeue", "--help"], check=False)
+            self._json = "--json" in usage.stdout + usage.stderr
+        try:
+            return super().query(cluster, job_ids, history)
+        except BatchError as error:
+            if not self._json or not re.search(r"json|plugin|serializ", str(error), re.I):
+                raise
+            self._json = False  # offered, but its JSON plugin is missing here: the text
+            return super().query(cluster, job_ids, history)
+
     def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
         """``squeue`` of these tasks, or of this user's jobs."""
-        argv = ["squeue", "--noheader", "--array", "--states=all",
-                f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%k"]
+        argv = ["squeue", "--states=all"]
+        argv += ["--json"] if self._json else [
+            "--noheader", "--array", f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%k"]
         if job_ids is not None:
             # by job (array) id: squeue matches every record it holds against each id given,
             # so 10,000 task ids cost a second where the few array ids cost nothing; the tasks
-            # not asked for are dropped by query()
+            # not asked for are dropped by query() (and Slurm before 23.02 lists every job
+            # with --json, whatever the filter)
             return [*argv, "--jobs=" + ",".join(dict.fromkeys(
                 job_id.split("_", 1)[0] for job_id in job_ids))]
         return [*argv, f"--user={os.environ.get('USER') or os.getuid()}"]
 
     def parse_query(self, out: str) -> Iterable[tuple[str, str, JobState, str | None]]:
-        """One record per line of ``squeue``."""
+        """One record per task of ``squeue --json`` (this user's), or per line of text."""
+        if self._json:
+            for job in squeue_json(out):
+                yield job.job_id, job.comment, job.state, job.reason
+            return
         for line in out.splitlines():
             fields = line.split(_SEP)
             if len(fields) != 4:
@@ -119,7 +162,10 @@ class Slurm(CommandLineSystem):
 
     def history(self, job_ids: list[str]) -> list[tuple[str, str, JobState, str | None]]:
         """``scontrol show job`` of the tasks that left ``squeue``: one call per array (it
-        lists every task of it), not one per task."""
+        lists every task of it), not one per task. ``squeue --json`` already lists every job
+        the controller remembers: nothing more to ask."""
+        if self._json:
+            return []
         wanted = set(job_ids)
         arrays = sorted({job_id.split("_", 1)[0] for job_id in job_ids})
         records = []
@@ -128,23 +174,93 @@ class Slurm(CommandLineSystem):
             if result.returncode != 0:
                 continue
             for line in result.stdout.splitlines():
-                record = _scontrol_record(line)
-                if record is not None and record[0] in wanted:
-                    records.append(record)
+                job = scontrol_record(line)
+                if job is not None and job.job_id in wanted:
+                    records.append((job.job_id, job.comment, job.state, job.reason))
         return records
 
 
-def _scontrol_record(line: str) -> tuple[str, str, JobState, str | None] | None:
-    """``(job id, comment, state, reason)`` of one ``scontrol show job --oneliner`` line;
-    array tasks are ``ARRAYJOB_TASK``."""
-    fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+def _reason(state: JobState, state_name: str, reason: str | None,
+            exit_code: str | None) -> str | None:
+    """Slurm's reason, or the exit code of a failed job."""
+    if state is JobState.failed and exit_code:
+        return f"{state_name} (exit code {exit_code})"
+    return None if reason in (None, "", "None") else reason
+
+
+def scontrol_record(line: str) -> SlurmJob | None:
+    """One ``scontrol show job --oneliner`` line (Slurm without ``--json``); a value runs to
+    the next ``Key=`` word, so a job name or comment with spaces is read whole (``scontrol``
+    itself writes a reason's spaces as ``_``)."""
+    keys = list(_SCONTROL_KEY.finditer(line))
+    fields = {key[1]: line[key.end():following.start() if following else None].strip()
+              for key, following in zip(keys, [*keys[1:], None], strict=True)}
     if "JobId" not in fields:
         return None
     task = fields.get("ArrayTaskId", "")
     job_id = f"{fields.get('ArrayJobId')}_{task}" if task.isdigit() else fields["JobId"]
-    reason = fields.get("Reason")
-    state = slurm_state(fields.get("JobState", ""), reason)
-    if state is JobState.failed and fields.get("ExitCode"):
-        reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
-    return (job_id, fields.get("Comment", ""), state,
-            None if reason in (None, "None") else reason)
+    state_name = fields.get("JobState", "")
+    state = slurm_state(state_name, fields.get("Reason"))
+    return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""), state,
+                    _reason(state, state_name, fields.get("Reason"), fields.get("ExitCode")))
+
+
+def _number(value: Any) -> int | None:
+    """A number of ``squeue --json``: plain (Slurm 22.05), or ``{"set", "number"}`` (23.02+)."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) else None
+
+
+def _exit_code(value: Any) -> str:
+    """``RETURN:SIGNAL`` as ``scontrol`` writes it, from a wait status (Slurm 22.05) or
+    ``{"return_code", "signal"}`` (23.02+)."""
+    if isinstance(value, dict):
+        signal = value.get("signal") or {}
+        return f"{_number(value.get('return_code')) or 0}:{_number(signal.get('id')) or 0}"
+    status = value if isinstance(value, int) else 0
+    return f"{status >> 8}:{status & 0x7F}"
+
+
+def _tasks(text: str) -> list[int]:
+    """The task ids of a pending array record's ``array_task_string`` (``1-9:2,12%4``)."""
+    tasks: list[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if first.isdigit():
+            tasks += range(int(first), int(last or first) + 1, int(step or 1))
+    return tasks
+
+
+def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
+    """This user's (``uid``) array tasks and jobs in ``squeue --json``; a pending array's
+    one record stands for each of its tasks, as ``squeue --array`` prints them."""
+    try:
+        document = json.loads(out) if out.strip() else {}
+    except json.JSONDecodeError as error:
+        raise BatchError(f"squeue --json printed something that is not JSON ({error}): "
+                         f"{out[:200]!r}") from None
+    errors = [e.get("description") or e.get("error") for e in document.get("errors") or []]
+    if errors:  # squeue --json exits 0 when the controller does not answer
+        raise BatchError(f"squeue: {'; '.join(map(str, errors))}")
+    uid = os.getuid() if uid is None else uid
+    found = []
+    for job in document.get("jobs") or []:
+        if _number(job.get("user_id")) != uid:
+            continue
+        states = job.get("job_state")
+        state_name = " ".join(states) if isinstance(states, list) else str(states or "")
+        reason = job.get("state_description") or job.get("state_reason")
+        state = slurm_state(state_name, reason)
+        reason = _reason(state, state_name, reason, _exit_code(job.get("exit_code")))
+        array, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+        name, comment = job.get("name") or "", job.get("comment") or ""
+        if array and task is not None:
+            ids = [f"{array}_{task}"]
+        elif array:
+            ids = [f"{array}_{t}" for t in _tasks(job.get("array_task_string") or "")]
+        else:
+            ids = [str(_number(job.get("job_id")))]
+        found += [SlurmJob(job_id, name, comment, state, reason) for job_id in ids]
+    return found
