@@ -16,7 +16,6 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from hybrid.batch.base import (
@@ -25,7 +24,6 @@ from hybrid.batch.base import (
     JobStatus,
     ReservedOptions,
     SystemSettings,
-    WorkerJob,
     run_command,
 )
 from hybrid.errors import BatchError
@@ -50,7 +48,6 @@ _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 
 class SlurmJob(NamedTuple):
     """One array task (or job) as Slurm reports it."""
-
     job_id: str
     name: str
     comment: str
@@ -83,8 +80,8 @@ class Slurm(CommandLineSystem):
     remove_command = "scancel"
     gone_words = ("already completing or completed", "Invalid job id")
     Settings = SlurmSettings
-    #: Whether ``squeue --json`` answers (``None``: not asked yet).
-    _json: bool | None = None
+    #: Whether ``squeue --json`` answers (until it does not).
+    _json = True
     unreachable_fix = ("Check that slurmctld is up and reachable (scontrol ping), and "
                        "SLURM_CONF.")
     reserved_options = ReservedOptions(
@@ -96,21 +93,6 @@ class Slurm(CommandLineSystem):
               "error": "the job's log file", "chdir": "the job's directory"},
         flags="hHkOQsuvVW")
 
-    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
-        """One ``sbatch --array`` per ``max_array_size`` workers (usually one)."""
-        size = self.settings.max_array_size
-        ids: list[str] = []
-        left = count
-        try:
-            while left > 0:
-                ids += super().submit(job, staging, min(left, size))
-                left -= size
-        except BatchError:
-            if ids:  # a later array failed: the earlier ones are not left behind
-                self.remove(ids)
-            raise
-        return ids
-
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``sbatch --parsable`` prints ``JOBID[;cluster]``: the tasks are ``JOBID_1..n``."""
         job = out.strip().split(";")[0].strip()
@@ -121,16 +103,17 @@ class Slurm(CommandLineSystem):
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
         """Our jobs, from ``squeue --json`` where this Slurm offers it (see the module)."""
-        if self._json is None:
-            usage = run_command(["squeue", "--help"], check=False)
-            self._json = "--json" in usage.stdout + usage.stderr
         try:
             return super().query(cluster, job_ids, history)
         except BatchError as error:
-            if not self._json or not re.search(r"json|plugin|serializ", str(error), re.I):
+            if not self._json:
                 raise
-            self._json = False  # offered, but its JSON plugin is missing here: the text
-            return super().query(cluster, job_ids, history)
+            if re.search(r"json|plugin|serializ", str(error), re.I):
+                self._json = False  # no --json (before 21.08), or no JSON plugin: the text
+                return super().query(cluster, job_ids, history)
+            # squeue --json exits 0 with "Failed while looking for jobs"; the text says why
+            why = run_command(["squeue", "--noheader", "--format=%i"], check=False).stderr
+            raise BatchError(f"{error} ({why.strip()})" if why.strip() else str(error)) from None
 
     def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
         """``squeue`` of these tasks, or of this user's jobs."""
