@@ -97,13 +97,10 @@ def check_ranges(
     fixed ``contact_address`` names one port: one worker per node.
     """
     validate_value(count(1, None, "an integer >= 1"), workers_per_node, "--workers-per-node")
-    worker_ports = _port_range(worker_range, "hybrid.worker.port-range")
-    if worker_ports is None:
-        raise ConfigurationError(
-            "hybrid.worker.port-range", worker_range, 'a range "FIRST:LAST"',
-            fix="Without a range workers listen on random ports and the firewall would have "
-                "to open every port to the scheduler; set one, e.g. \"10000:10070\".",
-        )
+    worker_ports = _port_range(
+        worker_range, "hybrid.worker.port-range",
+        "Without a range workers listen on random ports and the firewall would have to open "
+        "every port to the scheduler; set one, e.g. \"10000:10070\".")
     if _size(worker_ports) < workers_per_node:
         raise ConfigurationError(
             "hybrid.worker.port-range", worker_range,
@@ -123,13 +120,10 @@ def check_ranges(
             )
     if not nanny:
         return worker_ports, None
-    nanny_ports = _port_range(nanny_range, "hybrid.worker.nanny-port-range")
-    if nanny_ports is None:
-        raise ConfigurationError(
-            "hybrid.worker.nanny-port-range", nanny_range, 'a range "FIRST:LAST"',
-            fix="Workers with a nanny need a nanny port range the scheduler can reach; set one "
-                "or run workers without a nanny.",
-        )
+    nanny_ports = _port_range(
+        nanny_range, "hybrid.worker.nanny-port-range",
+        "Workers with a nanny need a nanny port range the scheduler can reach; set one or run "
+        "workers without a nanny.")
     if ranges_overlap(worker_ports, nanny_ports):
         raise ConfigurationError(
             "hybrid.worker.nanny-port-range", nanny_range,
@@ -239,7 +233,9 @@ def format_plan(plan: PortPlan) -> str:
     return "\n".join(lines)
 
 
-def _port_range(value: object, field: str) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    return port_range_bounds(validate_value(PortRangeText, value, field))
+def _port_range(value: object, field: str, fix: str | None = None) -> tuple[int, int] | None:
+    """``(first, last)``; ``None`` when unset, or an error with ``fix`` where one is needed."""
+    if value is None and fix is not None:
+        raise ConfigurationError(field, value, 'a range "FIRST:LAST"', fix=fix)
+    return None if value is None else port_range_bounds(
+        validate_value(PortRangeText, value, field))

@@ -351,9 +351,8 @@ class CommandLineSystem(BatchSystem):
     gone_words: ClassVar[tuple[str, ...]] = ()
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
-        """Submit the rendered script once, or once per ``max_array_size`` workers where the
-        system has that setting (the site's array limit); the ids come from the tool's answer.
-        When a later array fails, the earlier ones are removed, not left behind."""
+        """Submit the rendered script once (once per ``max_array_size`` workers where the system
+        has that limit); a later array failing removes the earlier ones, none is left behind."""
         size = getattr(self.settings, "max_array_size", None) or max(count, 1)
         ids: list[str] = []
         try:

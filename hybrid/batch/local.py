@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from hybrid.batch.base import BatchSystem
 from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
 from hybrid.batch.staging import staging_directories, write_private
@@ -35,8 +37,6 @@ RECORDS = "local-jobs"
 
 def _start_time(pid: int) -> float | None:
     """The start time of a live process (``None``: gone, or a zombie, reaped if ours)."""
-    import psutil
-
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -163,8 +163,6 @@ class LocalProcesses(BatchSystem):
             if record["job_id"] in wanted:
                 path.with_suffix(".removed").touch(mode=0o600)
                 targets.append(record)
-        import psutil
-
         leaders = {}
         for record in targets:
             if self._alive(record):

@@ -4,10 +4,9 @@ Jobs carry ``--comment=<tag>:<cluster>:<pool>:<scheduler>``; array tasks are tra
 ``JOBID_TASK``. A request beyond the site's ``MaxArraySize`` (``max_array_size``) goes out as
 several arrays, one ``sbatch`` each.
 
-The queue is read as JSON (``squeue --json``) where the installed Slurm offers it (21.08 and
-later, with its JSON plugin), so a job name, comment or pending reason with spaces is read
-whole; older Slurm is read from ``squeue --format`` with a separator and ``scontrol show job
---oneliner`` split at its ``Key=`` words (values with spaces whole there too).
+The queue is read as JSON (``squeue --json``, Slurm 21.08 and later) so that a job name,
+comment or reason with spaces is read whole; older Slurm through ``squeue --format`` with a
+separator and ``scontrol show job --oneliner`` split at its ``Key=`` words (whole there too).
 """
 
 from __future__ import annotations
@@ -123,8 +122,7 @@ class Slurm(CommandLineSystem):
         if job_ids is not None:
             # by job (array) id: squeue matches every record it holds against each id given,
             # so 10,000 task ids cost a second where the few array ids cost nothing; the tasks
-            # not asked for are dropped by query() (and Slurm before 23.02 lists every job
-            # with --json, whatever the filter)
+            # not asked for are dropped by query() (as with --json before 23.02: every job)
             return [*argv, "--jobs=" + ",".join(dict.fromkeys(
                 job_id.split("_", 1)[0] for job_id in job_ids))]
         return [*argv, f"--user={os.environ.get('USER') or os.getuid()}"]
@@ -145,30 +143,17 @@ class Slurm(CommandLineSystem):
 
     def history(self, job_ids: list[str]) -> list[tuple[str, str, JobState, str | None]]:
         """``scontrol show job`` of the tasks that left ``squeue``: one call per array (it
-        lists every task of it), not one per task. ``squeue --json`` already lists every job
-        the controller remembers: nothing more to ask."""
+        lists every task of it). ``squeue --json`` lists every job the controller knows."""
         if self._json:
             return []
-        wanted = set(job_ids)
-        arrays = sorted({job_id.split("_", 1)[0] for job_id in job_ids})
-        records = []
-        for array in arrays:
+        wanted, records = set(job_ids), []
+        for array in sorted({job_id.split("_", 1)[0] for job_id in job_ids}):
             result = run_command(["scontrol", "show", "job", "--oneliner", array], check=False)
-            if result.returncode != 0:
-                continue
-            for line in result.stdout.splitlines():
-                job = scontrol_record(line)
-                if job is not None and job.job_id in wanted:
-                    records.append((job.job_id, job.comment, job.state, job.reason))
+            jobs = map(scontrol_record, result.stdout.splitlines() if result.returncode == 0
+                       else [])
+            records += [(j.job_id, j.comment, j.state, j.reason) for j in jobs
+                        if j is not None and j.job_id in wanted]
         return records
-
-
-def _reason(state: JobState, state_name: str, reason: str | None,
-            exit_code: str | None) -> str | None:
-    """Slurm's reason, or the exit code of a failed job."""
-    if state is JobState.failed and exit_code:
-        return f"{state_name} (exit code {exit_code})"
-    return None if reason in (None, "", "None") else reason
 
 
 def scontrol_record(line: str) -> SlurmJob | None:
@@ -182,10 +167,12 @@ def scontrol_record(line: str) -> SlurmJob | None:
         return None
     task = fields.get("ArrayTaskId", "")
     job_id = f"{fields.get('ArrayJobId')}_{task}" if task.isdigit() else fields["JobId"]
-    state_name = fields.get("JobState", "")
-    state = slurm_state(state_name, fields.get("Reason"))
+    reason = fields.get("Reason")
+    state = slurm_state(fields.get("JobState", ""), reason)
+    if state is JobState.failed and fields.get("ExitCode"):
+        reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
     return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""), state,
-                    _reason(state, state_name, fields.get("Reason"), fields.get("ExitCode")))
+                    None if reason in (None, "None") else reason)
 
 
 def _number(value: Any) -> int | None:
@@ -193,16 +180,6 @@ def _number(value: Any) -> int | None:
     if isinstance(value, dict):
         return value.get("number") if value.get("set", True) else None
     return value if isinstance(value, int) else None
-
-
-def _exit_code(value: Any) -> str:
-    """``RETURN:SIGNAL`` as ``scontrol`` writes it, from a wait status (Slurm 22.05) or
-    ``{"return_code", "signal"}`` (23.02+)."""
-    if isinstance(value, dict):
-        signal = value.get("signal") or {}
-        return f"{_number(value.get('return_code')) or 0}:{_number(signal.get('id')) or 0}"
-    status = value if isinstance(value, int) else 0
-    return f"{status >> 8}:{status & 0x7F}"
 
 
 def _tasks(text: str) -> list[int]:
@@ -217,8 +194,8 @@ def _tasks(text: str) -> list[int]:
 
 
 def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
-    """This user's (``uid``) array tasks and jobs in ``squeue --json``; a pending array's
-    one record stands for each of its tasks, as ``squeue --array`` prints them."""
+    """This user's (``uid``) array tasks and jobs in ``squeue --json``, with the reason
+    ``squeue`` prints; a pending array's one record stands for each of its tasks."""
     try:
         document = json.loads(out) if out.strip() else {}
     except json.JSONDecodeError as error:
@@ -232,18 +209,17 @@ def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
     for job in document.get("jobs") or []:
         if _number(job.get("user_id")) != uid:
             continue
-        states = job.get("job_state")
-        state_name = " ".join(states) if isinstance(states, list) else str(states or "")
+        states = job.get("job_state")  # a list of words from 23.02 on
+        state = " ".join(states) if isinstance(states, list) else str(states or "")
         reason = job.get("state_description") or job.get("state_reason")
-        state = slurm_state(state_name, reason)
-        reason = _reason(state, state_name, reason, _exit_code(job.get("exit_code")))
+        reason = None if reason in (None, "", "None") else reason
         array, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
-        name, comment = job.get("name") or "", job.get("comment") or ""
         if array and task is not None:
             ids = [f"{array}_{task}"]
         elif array:
             ids = [f"{array}_{t}" for t in _tasks(job.get("array_task_string") or "")]
         else:
             ids = [str(_number(job.get("job_id")))]
-        found += [SlurmJob(job_id, name, comment, state, reason) for job_id in ids]
+        found += [SlurmJob(i, job.get("name") or "", job.get("comment") or "",
+                           slurm_state(state, reason), reason) for i in ids]
     return found

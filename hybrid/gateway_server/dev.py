@@ -41,7 +41,7 @@ from distributed.utils import open_port
 
 from hybrid.batch.staging import write_private
 from hybrid.errors import ConfigurationError, HybridError
-from hybrid.fields import ListenPort, validate_value
+from hybrid.fields import Interval, ListenPort, validate_value
 from hybrid.gateway_server import CONFIG_FILE
 from hybrid.gateway_server.settings import (
     SETTINGS_ENV,
@@ -415,9 +415,7 @@ def start_dev_gateway(
     if password is not None:
         _check_password(password)
     username = _check_username(username if username is not None else getpass.getuser())
-    if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)) or (
-            start_timeout <= 0):
-        raise ConfigurationError("start_timeout", start_timeout, "a number of seconds > 0")
+    start_timeout = validate_value(Interval, start_timeout, "start_timeout")
     if state_dir is not None:
         existing = Path(state_dir).expanduser()
         if existing.exists() and not existing.is_dir():

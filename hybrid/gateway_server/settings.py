@@ -65,6 +65,8 @@ SCHEDULER_MEMORY = 2 * 2**30
 DEFAULT_WORKER_MEMORY = 2 * 2**30
 
 DATABASE_BACKENDS = ("local", "unsafe-local")
+
+
 def _listen_address(value: Any) -> Any:
     return None if value is None else listen_address(
         value, 'a listen address "HOST:PORT" such as "127.0.0.1:8000" or ":8000" (port 1-65535)')
