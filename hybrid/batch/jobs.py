@@ -61,7 +61,7 @@ DEFAULT_TAG = "HybridCluster"
 
 def tag_prefix() -> str:
     """The tag that marks our jobs (``hybrid.batch.tag``, checked as
-    :data:`hybrid.fields.Tag` for every system that carries it)."""
+    ``hybrid.fields.Tag`` for every system that carries it)."""
     return config.get("batch.tag")
 
 

@@ -3,7 +3,7 @@
 One validator per kind, in the style of :mod:`hybrid.fields`: DNS-1123 labels (namespaces,
 volume names) and subdomains (secret, claim, service account and storage class names),
 label keys and values, label mappings, container paths and extended resource names (image
-references: :data:`hybrid.fields.ImageReference`, the one rule the gateway's images follow
+references: ``hybrid.fields.ImageReference``, the one rule the gateway's images follow
 too). A bad value is a :class:`~hybrid.errors.ConfigurationError` (through
 :func:`hybrid.fields.validate`) before any request is made, not a 422 from the server.
 """
