@@ -41,6 +41,7 @@ _STATES = {
     "DEADLINE": JobState.failed, "PREEMPTED": JobState.failed, "SPECIAL_EXIT": JobState.failed,
 }
 _SEP = "\x1f"  # a separator no job name or comment contains
+_GONE = ("already completing or completed", "Invalid job id")  # a job gone: not a failure
 #: Where a ``Key=`` word starts in ``scontrol show job --oneliner`` (keys hold ``/`` and ``:``).
 _SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 
@@ -77,7 +78,7 @@ class Slurm(CommandLineSystem):
     tools = ("sbatch", "squeue", "scancel")
     submit_command = ("sbatch", "--parsable")
     remove_command = "scancel"
-    gone_words = ("already completing or completed", "Invalid job id")
+    gone_words = _GONE
     Settings = SlurmSettings
     #: Whether ``squeue --json`` answers (until it does not).
     _json = True
@@ -201,9 +202,9 @@ def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
     except json.JSONDecodeError as error:
         raise BatchError(f"squeue --json printed something that is not JSON ({error}): "
                          f"{out[:200]!r}") from None
-    errors = [e.get("description") or e.get("error") for e in document.get("errors") or []]
-    if errors:  # squeue --json exits 0 when the controller does not answer
-        raise BatchError(f"squeue: {'; '.join(map(str, errors))}")
+    errors = [str(e.get("description") or e.get("error")) for e in document.get("errors") or []]
+    if [e for e in errors if not any(word in e for word in _GONE)]:  # (squeue exits 0 here)
+        raise BatchError(f"squeue: {'; '.join(errors)}")
     uid = os.getuid() if uid is None else uid
     found = []
     for job in document.get("jobs") or []:
