@@ -33,12 +33,11 @@ class PoolAdaptive(AdaptiveCore):
 
     def __init__(self, manager: PoolManager, pool: ManagedPool, minimum: int = 0,
                  maximum: int = 10, interval: Any = "2s", wait_count: int = 3):
-        from hybrid.fields import seconds
+        from hybrid.fields import count, seconds, validate_value
 
-        for label, value, low in (("minimum", minimum, 0), ("maximum", maximum, 0),
-                                  ("wait_count", wait_count, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigurationError(f"adapt.{label}", value, f"a whole number >= {low}")
+        minimum, maximum, wait_count = (
+            validate_value(count(low), value, f"adapt.{label}") for label, value, low in (
+                ("minimum", minimum, 0), ("maximum", maximum, 0), ("wait_count", wait_count, 1)))
         if minimum > maximum:
             raise ConfigurationError("adapt.minimum", minimum, f"at most maximum ({maximum})")
         try:

@@ -216,11 +216,7 @@ def _rebuild(collection: Delayed, graph: HighLevelGraph,
 def feed_priority() -> int:
     """``hybrid.annotator.feed-priority``, validated: how much higher GPU tasks and the tasks
     they wait for are prioritised (0: not at all)."""
-    value = config.get("annotator.feed-priority", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError("hybrid.annotator.feed-priority", value,
-                                 "a whole number >= 0 (0 turns feeding the GPU first off)")
-    return value
+    return config.get("annotator.feed-priority", 1)
 
 
 def _ancestors(tasks: dict[Any, Any], keys: list[Any]) -> set[Any]:

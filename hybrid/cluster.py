@@ -25,9 +25,9 @@ from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
 from hybrid.dashboard import publish_pools
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
-from hybrid.fields import Address, Interval, count, validate_value
+from hybrid.fields import Address, Interval, ListenPort, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
-from hybrid.manager.waiting import scale_and_wait
+from hybrid.manager.waiting import WORKERS, scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
 from hybrid.security import (
     ClusterCredentials,
@@ -147,7 +147,7 @@ class HybridCluster(ClusterViews, Cluster):
         self._worker_scheduler_address = worker_scheduler_address
         self.scheduler_sni = scheduler_sni
         self._host = host if host is not None else (config.get("scheduler.host", "") or None)
-        self._port = validate_value(count(0, 65535), scheduler_port,
+        self._port = validate_value(ListenPort, scheduler_port,
                                     "HybridCluster.scheduler_port")
         self._dashboard_address = dashboard_address
         self.scheduler: Scheduler | None = None
@@ -393,8 +393,7 @@ class HybridCluster(ClusterViews, Cluster):
         if kwargs:
             raise ConfigurationError("scale", sorted(kwargs),
                                      "scale(n, pool=None, wait=False, timeout=None)")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigurationError("scale.n", n, "a whole number of workers >= 0")
+        n = validate_value(WORKERS, n, "scale.n")
         if timeout is not None:
             timeout = validate_value(Interval, timeout, "scale.timeout")
         target = self.pool(pool)
@@ -439,9 +438,8 @@ class HybridCluster(ClusterViews, Cluster):
         reasons when jobs are held or keep failing, or when ``timeout`` passes. ``progress``
         shows a bar (default: when stderr is a terminal).
         """
-        if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
-            raise ConfigurationError("wait_for_workers.n_workers", n_workers,
-                                     "a whole number of workers >= 1")
+        n_workers = validate_value(count(1, None, "a whole number of workers >= 1"), n_workers,
+                                   "wait_for_workers.n_workers")
         if timeout is not None:
             timeout = validate_value(Interval, timeout, "wait_for_workers.timeout")
         return self.sync(self._manager().wait_for_workers, n_workers, pool=pool,

@@ -9,7 +9,6 @@ as ``DASK_...`` variables in their job's environment. The user's own YAML files 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -67,38 +66,21 @@ def _duration(value: Any) -> Any:
 
 def _host(value: Any) -> Any:
     """A host name or IP address to listen on, or ``""`` (every interface)."""
-    import ipaddress
+    from hybrid.fields import is_host, reject
 
-    from hybrid.fields import reject
-
-    if value is None or value == "":
+    if value is None or value == "" or is_host(value):
         return value
-    if isinstance(value, str):
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            if re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                            r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*", value):
-                return value
     raise reject('a host name or IP address of this machine, or "" (every interface)')
 
 
 def _dashboard(value: Any) -> Any:
     """Where a dashboard listens: ``"HOST:PORT"`` or ``":PORT"`` (every interface), or
     ``None`` (no dashboard)."""
-    from hybrid.fields import reject
+    from hybrid.fields import listen_address
 
-    if value is None:
-        return value
-    if isinstance(value, str) and ":" in value:
-        host, _, port = value.rpartition(":")
-        if port.isdigit() and int(port) <= 65535:
-            with contextlib.suppress(Exception):
-                if host == "" or _host(host.strip("[]")):
-                    return value
-    raise reject('a listen address "HOST:PORT" (e.g. "127.0.0.1:8787"), ":PORT" for every '
-                 "interface, or null for no dashboard")
+    return None if value is None else listen_address(
+        value, 'a listen address "HOST:PORT" (e.g. "127.0.0.1:8787"), ":PORT" for every '
+        "interface, or null for no dashboard", lowest_port=0)
 
 
 def _system(value: Any) -> Any:
@@ -110,15 +92,6 @@ def _system(value: Any) -> Any:
     raise reject(f"{system_choices()}, or null (the gateway's own workers)")
 
 
-def _fraction(value: Any) -> Any:
-    from hybrid.fields import reject
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            0 < value <= 1):
-        raise reject("a number in (0, 1], e.g. 0.5")
-    return value
-
-
 @functools.lru_cache(maxsize=1)
 def setting_types() -> dict[str, Any]:
     """The type of each scalar setting read outside the pool model (whose own settings
@@ -127,7 +100,7 @@ def setting_types() -> dict[str, Any]:
 
     from pydantic import BeforeValidator, StrictBool
 
-    from hybrid.fields import ConfigName, EnvName, count, strings
+    from hybrid.fields import EnvName, Fraction, Tag, count, strings
 
     def checked(function: Any) -> Any:
         return Annotated[Any, BeforeValidator(function)]
@@ -138,14 +111,16 @@ def setting_types() -> dict[str, Any]:
         "scheduler.dashboard-address": checked(_dashboard),
         "scheduler.credentials-directory": str | None,
         "annotator.enabled": StrictBool,
-        "annotator.gpu-fraction": checked(_fraction),
+        "annotator.gpu-fraction": Fraction,
+        "annotator.feed-priority": count(0, None, "a whole number >= 0 (0 turns feeding the "
+                                         "GPU first off)"),
         "logging.verbose": StrictBool,
         "worker.nanny": StrictBool | None,
         "worker.check-paths": StrictBool,
         "batch.poll-interval": checked(_duration),
         "batch.stuck-timeout": checked(_duration),
         "batch.lease": checked(_duration),
-        "batch.tag": ConfigName,
+        "batch.tag": Tag,
         "batch.max-failures": count(1, 1000),
         "batch.held-jobs": Literal["report", "replace"],
         "gateway.pool": checked(_system),

@@ -10,7 +10,9 @@ argument, or the ``hybrid.yaml`` key it came from), the value, what is accepted 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 import math
 import os
 import re
@@ -27,12 +29,15 @@ __all__ = [
     "AbsolutePath",
     "Address",
     "BatchWord",
-    "ConfigName",
     "EnvName",
     "Environment",
+    "Fraction",
+    "ImageReference",
     "Lines",
+    "ListenPort",
     "Memory",
     "Name",
+    "Port",
     "PortRange",
     "ResourceLimits",
     "ResourceName",
@@ -40,6 +45,7 @@ __all__ = [
     "ResourceRequests",
     "Seconds",
     "Strings",
+    "Tag",
     "Walltime",
     "absolute_path",
     "count",
@@ -53,8 +59,6 @@ __all__ = [
 LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029")
 #: Bounds that keep absurd sizes out of job files (a job never gets more than these).
 MAX_SECONDS = 366 * 86400  # a year
-
-
 _UNSET: Any = object()
 
 
@@ -104,11 +108,12 @@ NAME_RULE = ("1-63 characters from A-Z a-z 0-9 . _ -, starting and ending with a
 #: Cluster and pool names: they land in job names, tags, worker names and Kubernetes labels.
 Name = Annotated[str, BeforeValidator(_pattern(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}"
                                                r"[A-Za-z0-9])?", NAME_RULE))]
-#: A name that becomes an HTCondor job attribute and a tag (``hybrid.batch.tag``).
-ConfigName = Annotated[str, BeforeValidator(_pattern(
-    r"[A-Za-z_][A-Za-z0-9_]{0,62}",
-    "1-63 characters from A-Z a-z 0-9 _, not starting with a digit (it names a job "
-    "attribute)"))]
+#: The tag of our jobs (``hybrid.batch.tag``), strict enough for every system that carries it:
+#: an HTCondor job attribute name, a Kubernetes label value, a prefix of job names.
+Tag = Annotated[str, BeforeValidator(_pattern(
+    r"[A-Za-z](?:[A-Za-z0-9_]{0,61}[A-Za-z0-9])?",
+    "1-63 characters from A-Z a-z 0-9 _, starting with a letter and ending with a letter or "
+    "digit (it names an HTCondor job attribute and is a Kubernetes label value)"))]
 #: Queues, partitions, accounts, projects: one word on a directive line.
 BatchWord = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}",
@@ -253,21 +258,37 @@ Strings = Annotated[tuple[str, ...], BeforeValidator(strings(False, "strings"))]
 
 
 # --------------------------------------------------------------------------- numbers
-def count(minimum: int, maximum: int) -> Any:
-    """A whole number in ``[minimum, maximum]`` (booleans and fractions refused)."""
+@functools.cache
+def count(minimum: int, maximum: int | None = None, accepted: str | None = None) -> Any:
+    """A whole number ``>= minimum`` (and ``<= maximum``): booleans and fractions refused, a
+    whole float taken; ``accepted``: the words of an error, where a caller's are fixed."""
+    accepted = accepted or (f"a whole number from {minimum} to {maximum}" if maximum is not None
+                            else f"a whole number >= {minimum}")
 
     def check(value: Any) -> Any:
-        if value is None:
-            return None
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not (
-                minimum <= value <= maximum):
-            raise reject(f"a whole number from {minimum} to {maximum}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+                maximum is not None and value > maximum):
+            raise reject(accepted)
         return value
 
     check.whole_number = True  # type: ignore[attr-defined]  (command lines parse it as int)
     return Annotated[int, BeforeValidator(check)]
+
+
+#: A TCP port; one to listen on, where 0 picks a free one.
+Port = count(1, 65535, "a TCP port number from 1 to 65535")
+ListenPort = count(0, 65535, "a port 1-65535, or 0 to pick a free one")
+
+
+def _fraction(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise reject("a number in (0, 1], e.g. 0.5")
+    return float(value)
+
+
+Fraction = Annotated[float, BeforeValidator(_fraction)]  #: A share (of a GPU), in (0, 1].
 
 
 def seconds(value: Any, *, allow_zero: bool = False) -> float:
@@ -404,6 +425,40 @@ def address(value: Any, schemes: tuple[str, ...] = ("tcp", "tls", "ws", "wss", "
 
 #: A Dask address with a port, normalised to ``scheme://host:port``.
 Address = Annotated[str, BeforeValidator(lambda v: None if v is None else address(v))]
+
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+
+
+def is_host(value: Any) -> bool:
+    """Whether ``value`` is a host name or an IP address (IPv6 without brackets)."""
+    with contextlib.suppress(ValueError):
+        return isinstance(value, str) and bool(ipaddress.ip_address(value))
+    return bool(_HOSTNAME.fullmatch(value))
+
+
+def listen_address(value: Any, accepted: str, lowest_port: int = 1) -> Any:
+    """``HOST:PORT`` or ``:PORT`` (every interface), as distributed's ``parse_host_port``
+    reads it (IPv6 in brackets), with a port from ``lowest_port``."""
+    from distributed.comm.addressing import parse_host_port
+
+    host, port = "", -1
+    if isinstance(value, str) and re.fullmatch(r"[^/]*:\d{1,5}", value):
+        with contextlib.suppress(ValueError):
+            host, port = parse_host_port(value)
+    if (host and not is_host(host)) or not lowest_port <= port <= 65535:
+        raise reject(accepted)
+    return value
+
+
+#: ``[registry[:port]/]name[:tag][@algorithm:digest]`` as Docker and containerd read it, strict
+#: on purpose: what they refuse would leave a pod waiting in InvalidImageName, not an error.
+image_reference = _pattern(
+    r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    'a container image reference such as "ghcr.io/org/image:tag" (lower-case name, no spaces)')
+ImageReference = Annotated[str, BeforeValidator(image_reference)]
 
 
 # --------------------------------------------------------------------------- paths

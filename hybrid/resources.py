@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from hybrid.errors import ConfigurationError
-from hybrid.fields import configuration_error, reject, resource_limits
+from hybrid.fields import configuration_error, count, reject, resource_limits
 from hybrid.units import MAX_BYTES, Quantity, parse_memory, parse_walltime, to_bytes
 from hybrid.units import walltime_seconds as _walltime_seconds
 
@@ -68,17 +68,7 @@ class GPUPrecision(str, Enum):
 # --------------------------------------------------------------------------- field types
 def _whole(minimum: int, maximum: int) -> Any:
     """An integer in ``[minimum, maximum]`` (a whole float is taken, booleans are not)."""
-    accepted = f"an integer >= {minimum}, at most {maximum}"
-
-    def check(value: Any) -> int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not (
-                minimum <= value <= maximum):
-            raise reject(accepted)
-        return value
-
-    return Annotated[int, PlainValidator(check)]
+    return count(minimum, maximum, f"an integer >= {minimum}, at most {maximum}")
 
 
 def _member(enum: type[Enum]) -> Any:

@@ -10,7 +10,7 @@ templates use this too.
 from __future__ import annotations
 
 from hybrid import config
-from hybrid.errors import ConfigurationError
+from hybrid.fields import Fraction, validate_value
 
 GPU = "GPU"
 NOT_GPU = "notGPU"
@@ -20,16 +20,11 @@ __all__ = ["GPU", "NOT_GPU", "gpu_fraction", "resources_argument", "task_resourc
 
 
 def gpu_fraction(value: float | None = None, field: str = "gpu_fraction") -> float:
-    """The GPU share one GPU task asks for (argument, else configuration), validated;
-    ``field``: what the caller calls the argument (errors name it)."""
-    fraction = config.get("annotator.gpu-fraction") if value is None else value
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not (
-            0 < fraction <= 1):
-        raise ConfigurationError(
-            "hybrid.annotator.gpu-fraction" if value is None else field, fraction,
-            "a number in (0, 1], e.g. 0.5"
-        )
-    return float(fraction)
+    """The GPU share one GPU task asks for (argument, else configuration), validated as
+    ``hybrid.annotator.gpu-fraction`` is; ``field``: what the caller calls the argument."""
+    if value is None:
+        return float(config.get("annotator.gpu-fraction"))
+    return validate_value(Fraction, value, field)
 
 
 def task_resources(gpu: bool, fraction: float | None = None) -> dict[str, float]:

@@ -17,7 +17,8 @@ from hybrid.errors import ConfigurationError
 unit = pint.UnitRegistry()
 Quantity = unit.Quantity
 
-__all__ = ["Quantity", "format_bytes", "is_quantity", "parse_memory", "parse_walltime", "unit"]
+__all__ = ["Quantity", "format_bytes", "hhmm", "is_quantity", "parse_memory", "parse_walltime",
+           "unit"]
 
 #: No worker gets more memory than this: larger values are typing mistakes.
 MAX_BYTES = 2**50
@@ -101,19 +102,23 @@ def parse_walltime(value: Any, field: str) -> str:
             raise ConfigurationError(field, value, accepted + " of at most 999 hours")
         if minutes <= 0:
             raise ConfigurationError(field, value, accepted + " longer than zero")
-        minutes = int(-(-minutes // 1))
-        return f"{minutes // 60:02d}:{minutes % 60:02d}"
+        return hhmm(int(-(-minutes // 1)))
     if isinstance(value, str):
         match = _HHMM.match(value.strip())
         if match:
             hours, minutes, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
             total = hours * 60 + minutes + (1 if seconds else 0)
             if total > 0:
-                return f"{total // 60:02d}:{total % 60:02d}"
+                return hhmm(total)
     raise ConfigurationError(field, value, accepted)
 
 
-def walltime_seconds(hhmm: str) -> int:
+def hhmm(minutes: int) -> str:
+    """A wall time ``"HH:MM"`` of ``minutes``."""
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def walltime_seconds(walltime: str) -> int:
     """Seconds in a ``"HH:MM"`` wall time."""
-    hours, minutes = hhmm.split(":")
+    hours, minutes = walltime.split(":")
     return int(hours) * 3600 + int(minutes) * 60

@@ -160,9 +160,10 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
     if not wants_dashboard(spec.worker_extra_args):
         words.append("--no-dashboard")  # bokeh and its web app: a third of the start-up
     if spec.contact_address:
-        scheme, _, rest = spec.contact_address.partition("://")
-        port = rest.rsplit(":", 1)[1]
-        words += ["--listen-address", f"{scheme}://0.0.0.0:{port}",
+        from distributed.comm.addressing import parse_address, parse_host_port
+
+        scheme, location = parse_address(spec.contact_address)
+        words += ["--listen-address", f"{scheme}://0.0.0.0:{parse_host_port(location)[1]}",
                   "--contact-address", spec.contact_address]
     elif spec.worker_port:
         words += ["--worker-port", spec.worker_port]

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from distributed.comm.addressing import parse_address, parse_host_port
+
 from hybrid import config
 from hybrid.checks import CheckResult, Status, fail, ok, warn
 from hybrid.errors import ConfigurationError
-from hybrid.fields import Name, PortRange, port_range_bounds, validate_value
+from hybrid.fields import Name, PortRange, count, port_range_bounds, validate_value
 from hybrid.gateway import scheduler_sni
 
 DEFAULT_WARN_DAYS = 14
@@ -46,15 +48,15 @@ def parse_gateway_address(address: str) -> str:
 def parse_proxy_address(address: str) -> tuple[str, int]:
     """``host:port``, ``tls://host:port`` or ``gateway://host:port`` -> ``(host, port)``."""
     text = str(address)
-    parsed = urlparse(text if "://" in text else f"tcp://{text}")
-    accepted = "an address with a port, like gateway.example.org:8786 or tls://HOST:8786"
     try:
-        port = parsed.port
+        scheme, location = parse_address(text if "://" in text else f"tcp://{text}")
+        host, port = parse_host_port(location)
     except ValueError:
-        port = None
-    if parsed.scheme not in ("tcp", "tls", "gateway") or not parsed.hostname or not port:
-        raise ConfigurationError("--proxy-address", address, accepted)
-    return parsed.hostname, port
+        scheme, host, port = "", "", 0
+    if scheme not in ("tcp", "tls", "gateway") or not host or not 1 <= port <= 65535:
+        raise ConfigurationError("--proxy-address", address, "an address with a port, like "
+                                 "gateway.example.org:8786 or tls://HOST:8786")
+    return host, port
 
 
 # --------------------------------------------------------------------------- network checks
@@ -269,7 +271,7 @@ def check_scheduler_exposure() -> CheckResult:
                      "Remove hybrid.scheduler.tls: false unless you are this machine's only "
                      "user.")
     dash = "no dashboard" if dashboard is None else f"the dashboard on {dashboard}"
-    if dashboard is not None and not is_loopback_host(str(dashboard).rpartition(":")[0]):
+    if dashboard is not None and not is_loopback_host(parse_host_port(str(dashboard))[0]):
         return warn(name, f"TLS with client certificates {where}; {dash}: every host that "
                            "reaches it reads the dashboard (over TLS, no login)",
                      "Set hybrid.scheduler.dashboard-address: 127.0.0.1:0 and reach it through "
@@ -447,10 +449,8 @@ class DoctorOptions:
 
             if str(self.system).lower() not in SYSTEMS:
                 raise ConfigurationError("--system", self.system, ", ".join(sorted(SYSTEMS)))
-        for field, value, least in (("--workers-per-node", self.workers_per_node, 1),
-                                    ("--warn-days", self.warn_days, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigurationError(field, value, f"a whole number >= {least}")
+        validate_value(count(1), self.workers_per_node, "--workers-per-node")
+        validate_value(count(0), self.warn_days, "--warn-days")
         if not self.timeout or self.timeout <= 0:
             raise ConfigurationError("--timeout", self.timeout, "seconds > 0")
         return self

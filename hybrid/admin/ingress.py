@@ -17,14 +17,15 @@ Both come back as dicts; :func:`render_ingress` gives the YAML the CLI prints.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from distributed.comm.addressing import unparse_host_port
 
 from hybrid.errors import ConfigurationError
+from hybrid.fields import Port, is_host, validate_value
 from hybrid.gateway import SNI_PREFIX
 
 #: A cluster name as dask-gateway makes them: a hex uuid, or ``<namespace>.<hex>`` on
@@ -51,23 +52,13 @@ _ENTRY_POINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$")
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
 
 
 def check_port(value: Any, field: str) -> int:
-    """A TCP port number, 1-65535."""
-    if isinstance(value, bool):
-        raise ConfigurationError(field, value, "a TCP port number from 1 to 65535")
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(field, value, "a TCP port number from 1 to 65535") from None
-    if str(port) != str(value).strip() or not 1 <= port <= 65535:
-        raise ConfigurationError(field, value, "a TCP port number from 1 to 65535")
-    return port
+    """A TCP port number, 1-65535 (digits as text too: ``--service-port`` may be a name)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[1-9][0-9]*\s*", value):
+        value = int(value)
+    return validate_value(Port, value, field)
 
 
 def check_dynamic_file(value: Any) -> str:
@@ -101,24 +92,9 @@ def check_entry_point(value: Any) -> str:
 
 def check_host(value: Any, field: str) -> str:
     """A hostname or an IP address (IPv6 without brackets)."""
-    if isinstance(value, str):
-        try:
-            ipaddress.ip_address(value)
-            return value
-        except ValueError:
-            if _HOSTNAME.match(value):
-                return value
-    raise ConfigurationError(field, value, "a hostname or an IP address")
-
-
-def host_port(host: str, port: int) -> str:
-    """``host:port``, with brackets around an IPv6 address."""
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]:{port}"
-    except ValueError:
-        pass
-    return f"{host}:{port}"
+    if not is_host(value):
+        raise ConfigurationError(field, value, "a hostname or an IP address")
+    return value
 
 
 def ingress_route_tcp(
@@ -197,14 +173,14 @@ def file_provider_configs(
             "--service", service, "the host of the gateway's TCP proxy",
             fix="The file form routes to an address: give --service HOST --service-port PORT.",
         )
-    backend = host_port(check_host(service, "--service"),
+    backend = unparse_host_port(check_host(service, "--service"),
                         check_port(service_port, "--service-port"))
     listen_port = check_port(port, "--port")
     listen_host = "" if host in (None, "") else check_host(host, "--host")
     entry = check_entry_point(entry_point)
     check_dynamic_file(dynamic_file)
     router = f"{entry}-by-sni"
-    address = host_port(listen_host, listen_port) if listen_host else f":{listen_port}"
+    address = unparse_host_port(listen_host, listen_port) if listen_host else f":{listen_port}"
     static = {
         "entryPoints": {entry: {"address": f"{address}/tcp"}},
         "providers": {"file": {"filename": dynamic_file, "watch": True}},

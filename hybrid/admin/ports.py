@@ -14,13 +14,14 @@ The ranges come from ``hybrid.worker.port-range``, ``hybrid.worker.nanny-port-ra
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from urllib.parse import urlparse
+
+from distributed.comm.addressing import get_address_host_port
 
 from hybrid import config
 from hybrid.admin.ingress import DEFAULT_PORT, check_port
 from hybrid.errors import ConfigurationError
+from hybrid.fields import Address, count, port_range_bounds, validate_value
 from hybrid.fields import PortRange as PortRangeText
-from hybrid.fields import port_range_bounds, validate_value
 
 PortRange = tuple[int, int]
 
@@ -95,17 +96,11 @@ def check_ranges(
     Each worker on a node takes one worker port, and with a nanny one nanny port too. A
     fixed ``contact_address`` names one port: one worker per node.
     """
-    if isinstance(workers_per_node, bool) or not isinstance(workers_per_node, int) or (
-        workers_per_node < 1
-    ):
-        raise ConfigurationError("--workers-per-node", workers_per_node, "an integer >= 1")
-    worker_ports = _port_range(worker_range, "hybrid.worker.port-range")
-    if worker_ports is None:
-        raise ConfigurationError(
-            "hybrid.worker.port-range", worker_range, 'a range "FIRST:LAST"',
-            fix="Without a range workers listen on random ports and the firewall would have "
-                "to open every port to the scheduler; set one, e.g. \"10000:10070\".",
-        )
+    validate_value(count(1, None, "an integer >= 1"), workers_per_node, "--workers-per-node")
+    worker_ports = _port_range(
+        worker_range, "hybrid.worker.port-range",
+        "Without a range workers listen on random ports and the firewall would have to open "
+        "every port to the scheduler; set one, e.g. \"10000:10070\".")
     if _size(worker_ports) < workers_per_node:
         raise ConfigurationError(
             "hybrid.worker.port-range", worker_range,
@@ -114,10 +109,7 @@ def check_ranges(
                 "or more, or run fewer workers per node.",
         )
     if contact_address is not None:
-        contact = urlparse(str(contact_address))
-        if not contact.hostname or not contact.port:
-            raise ConfigurationError("hybrid.worker.contact-address", contact_address,
-                                     "an address with a port, like tls://203.0.113.5:10000")
+        validate_value(Address, contact_address, "hybrid.worker.contact-address")
         if workers_per_node > 1:
             raise ConfigurationError(
                 "hybrid.worker.contact-address", contact_address,
@@ -128,13 +120,10 @@ def check_ranges(
             )
     if not nanny:
         return worker_ports, None
-    nanny_ports = _port_range(nanny_range, "hybrid.worker.nanny-port-range")
-    if nanny_ports is None:
-        raise ConfigurationError(
-            "hybrid.worker.nanny-port-range", nanny_range, 'a range "FIRST:LAST"',
-            fix="Workers with a nanny need a nanny port range the scheduler can reach; set one "
-                "or run workers without a nanny.",
-        )
+    nanny_ports = _port_range(
+        nanny_range, "hybrid.worker.nanny-port-range",
+        "Workers with a nanny need a nanny port range the scheduler can reach; set one or run "
+        "workers without a nanny.")
     if ranges_overlap(worker_ports, nanny_ports):
         raise ConfigurationError(
             "hybrid.worker.nanny-port-range", nanny_range,
@@ -171,9 +160,10 @@ def firewall_rules(
     check_port(gateway_http_port, "--gateway-http-port")
     workers = "batch nodes (workers)"
     if contact_address:
-        contact = urlparse(contact_address)
-        back_destination = f"contact address {contact.hostname}"
-        back_ports = str(contact.port)
+        host, port = get_address_host_port(validate_value(
+            Address, contact_address, "hybrid.worker.contact-address"))
+        back_destination = f"contact address {host}"
+        back_ports = str(port)
     else:
         back_destination = workers
         back_ports = _ports_text(worker_ports)
@@ -243,7 +233,9 @@ def format_plan(plan: PortPlan) -> str:
     return "\n".join(lines)
 
 
-def _port_range(value: object, field: str) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    return port_range_bounds(validate_value(PortRangeText, value, field))
+def _port_range(value: object, field: str, fix: str | None = None) -> tuple[int, int] | None:
+    """``(first, last)``; ``None`` when unset, or an error with ``fix`` where one is needed."""
+    if value is None and fix is not None:
+        raise ConfigurationError(field, value, 'a range "FIRST:LAST"', fix=fix)
+    return None if value is None else port_range_bounds(
+        validate_value(PortRangeText, value, field))

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool
 from hybrid.backends.base import BaseDaskBackend
 from hybrid.backends.batch import BaseDaskJobQueueBackend
 from hybrid.batch import JobState
+from hybrid.batch.jobs import tag_prefix
 from hybrid.errors import ConfigurationError, HybridError, attach_note
 from hybrid.fields import Address, Interval, Name, count, validate, validate_value
 from hybrid.kubernetes.pods import (
@@ -37,7 +38,6 @@ from hybrid.kubernetes.pods import (
     LABEL_TAG,
     KubernetesPods,
     KubernetesSettings,
-    pod_tag,
 )
 from hybrid.kubernetes.pvc import AccessMode
 from hybrid.kubernetes.volumes import (
@@ -392,7 +392,7 @@ class DaskKubernetesExistingBackend(BaseDaskKubernetesBackend):
         """The scheduler address the cluster recorded (one, or an error saying what to do)."""
         self.system.connect()
         addresses = self.system.scheduler_addresses(self.cluster_name)
-        selector = f"{LABEL_TAG}={pod_tag()},{LABEL_CLUSTER}={self.cluster_name}"
+        selector = f"{LABEL_TAG}={tag_prefix()},{LABEL_CLUSTER}={self.cluster_name}"
         if not addresses and self.cluster_port is not None:
             return (f"tcp://{self.cluster_name}-scheduler.{self.namespace}.svc.cluster.local:"
                     f"{self.cluster_port}")

@@ -19,6 +19,7 @@ from distributed.security import Security
 from hybrid.annotator import worker_resources
 from hybrid.backends.base import BaseDaskBackend
 from hybrid.errors import ConfigurationError, warn_user
+from hybrid.fields import count, validate_value
 from hybrid.gpusharing import detect_gpus
 from hybrid.resources import ComputeResources
 from hybrid.security import (
@@ -164,12 +165,8 @@ class DaskLocalCluster(BaseDaskBackend):
         resources_per_worker = resources_per_worker or ComputeResources()
         super().__init__(number_of_workers, resources_per_worker,
                          annotate_resources=annotate_resources, gpu_fraction=gpu_fraction)
-        if isinstance(number_of_workers, bool) or not isinstance(number_of_workers, int) or (
-            number_of_workers < 0
-        ):
-            raise ConfigurationError(
-                "DaskLocalCluster.number_of_workers", number_of_workers, "an integer >= 0"
-            )
+        validate_value(count(0, None, "an integer >= 0"), number_of_workers,
+                       "DaskLocalCluster.number_of_workers")
         if not isinstance(resources_per_worker, ComputeResources):
             raise ConfigurationError(
                 "DaskLocalCluster.resources_per_worker",
@@ -221,17 +218,17 @@ class DaskLocalCluster(BaseDaskBackend):
         offset = 0
         # With no CPU pool at all, GPU workers take CPU tasks too, or those would never run.
         only_gpu = all(resources.is_gpu for _, resources in self.pools.values())
-        for name, (count, resources) in self.pools.items():
+        for name, (workers, resources) in self.pools.items():
             if resources.is_gpu and devices is None:
                 devices = detect_gpus()
             pool_devices = devices[offset:] if devices else devices
-            pool_specs = local_worker_specs(name, count, resources, pool_devices, only_gpu)
+            pool_specs = local_worker_specs(name, workers, resources, pool_devices, only_gpu)
             for spec in pool_specs.values():
                 spec["options"]["worker_kwargs"]["silence_logs"] = self.silence_logs
                 spec["options"]["logging_level"] = logging.getLevelName(self.silence_logs)
             specs.update(pool_specs)
             if resources.is_gpu and devices:
-                offset += count * resources.number_of_gpus
+                offset += workers * resources.number_of_gpus
         return specs
 
     def _start_cluster(self) -> SpecCluster:

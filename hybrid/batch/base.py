@@ -39,6 +39,7 @@ from hybrid.batch.staging import Staging, staging_root, write_private
 from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
 from hybrid.gpusharing import starts_mps
+from hybrid.units import hhmm
 from hybrid.worker import TLSFiles, worker_commands
 
 if TYPE_CHECKING:
@@ -224,8 +225,7 @@ class BatchSystem(abc.ABC):
         """The job's wall time ``"HH:MM"``: the pool's, else the lease's."""
         if job.spec.walltime:
             return job.spec.walltime
-        minutes = -(-job.spec.lease // 60)
-        return f"{minutes // 60:02d}:{minutes % 60:02d}"
+        return hhmm(int(-(-job.spec.lease // 60)))
 
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
         """Template variables shared by every system."""
@@ -351,10 +351,20 @@ class CommandLineSystem(BatchSystem):
     gone_words: ClassVar[tuple[str, ...]] = ()
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
-        """Submit the rendered script once; the ids come from the tool's answer."""
-        script = self.render(job, staging, count)
-        out = run_command(list(self.submit_command), input=script, timeout=120).stdout
-        return self.parse_submit(out, count)
+        """Submit the rendered script once (once per ``max_array_size`` workers where the system
+        has that limit); a later array failing removes the earlier ones, none is left behind."""
+        size = getattr(self.settings, "max_array_size", None) or max(count, 1)
+        ids: list[str] = []
+        try:
+            for first in range(0, count, size):
+                script = self.render(job, staging, min(size, count - first))
+                out = run_command(list(self.submit_command), input=script, timeout=120).stdout
+                ids += self.parse_submit(out, min(size, count - first))
+        except BatchError:
+            if ids:
+                self.remove(ids)
+            raise
+        return ids
 
     @abc.abstractmethod
     def parse_submit(self, out: str, count: int) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,18 @@ def fail_clearly(function: Callable) -> Callable:
     return wrapper
 
 
+def _kind(field: str) -> tuple[Any, tuple[Any, ...]]:
+    """A pool option's type, ``Optional`` taken off: ``(origin or type, arguments)``."""
+    annotation = PoolSpec.model_fields[field].annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    return typing.get_origin(annotation) or annotation, typing.get_args(annotation)
+
+
 def _option_name(field: str) -> tuple[str, bool]:
     """``--job-extra-directive`` for ``job_extra_directives`` (repeatable), and so on."""
-    annotation = str(PoolSpec.model_fields[field].annotation)
-    repeatable = "tuple" in annotation or "dict" in annotation
+    repeatable = _kind(field)[0] in (tuple, dict)
     name = field[:-1] if repeatable and field.endswith("s") else field
     return "--" + name.replace("_", "-"), repeatable
 
@@ -65,20 +74,19 @@ def _pool_options(function: Callable) -> Callable:
     options = []
     for field in POOL_OPTIONS:
         flag, repeatable = _option_name(field)
-        annotation = str(PoolSpec.model_fields[field].annotation)
-        if "dict" in annotation:
+        kind, args = _kind(field)
+        if kind is dict:
             options.append(click.option(flag, field, multiple=True, metavar="NAME=VALUE",
                                         help=_help(field) + " (repeatable)"))
         elif repeatable:
             options.append(click.option(flag, field, multiple=True,
                                         help=_help(field) + " (repeatable)"))
-        elif "bool" in annotation:
+        elif kind is bool:
             negative = "--no-" + flag[2:]
             options.append(click.option(f"{flag}/{negative}", field, default=None,
                                         help=_help(field)))
-        elif typing.get_origin(PoolSpec.model_fields[field].annotation) is typing.Literal:
-            choices = list(typing.get_args(PoolSpec.model_fields[field].annotation))
-            options.append(click.option(flag, field, type=click.Choice(choices), default=None,
+        elif kind is typing.Literal:
+            options.append(click.option(flag, field, type=click.Choice(args), default=None,
                                         help=_help(field)))
         else:
             whole = any(getattr(getattr(m, "func", None), "whole_number", False)

@@ -29,8 +29,6 @@ from hybrid.batch.base import (
 from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import Seconds
 
-# HTCondor JobStatus codes.
-_IDLE, _RUNNING, _REMOVED, _COMPLETED, _HELD, _TRANSFERRING, _SUSPENDED = 1, 2, 3, 4, 5, 6, 7
 _SPOOLING_HOLD_CODE = 16  # held while input files are being spooled: not a failure
 
 
@@ -47,19 +45,19 @@ def _bindings():
 
 def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
     """Map a job ad's JobStatus (and hold/remove/exit details) to a state and a reason."""
-    status = int(ad.get("JobStatus", 0))
-    if status == _HELD:
+    status, named = int(ad.get("JobStatus", 0)), _bindings().JobStatus
+    if status == named.HELD:
         if int(ad.get("HoldReasonCode", 0) or 0) == _SPOOLING_HOLD_CODE:
             return JobState.pending, "spooling input files"
         return JobState.held, str(ad.get("HoldReason", "held (no reason given)"))
-    if status in (_IDLE, _SUSPENDED):
+    if status in (named.IDLE, named.SUSPENDED):
         return JobState.pending, None
-    if status in (_RUNNING, _TRANSFERRING):
+    if status in (named.RUNNING, named.TRANSFERRING_OUTPUT):
         return JobState.running, None
-    if status == _REMOVED:  # still in the queue, its processes may still be stopping
+    if status == named.REMOVED:  # still in the queue, its processes may still be stopping
         return (JobState.removing if in_queue else JobState.removed,
                 str(ad.get("RemoveReason", "removed")))
-    if status == _COMPLETED:
+    if status == named.COMPLETED:
         code = ad.get("ExitCode")
         if ad.get("ExitBySignal"):
             return JobState.failed, f"killed by signal {ad.get('ExitSignal')}"

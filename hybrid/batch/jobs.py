@@ -14,7 +14,6 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from hybrid import config
-from hybrid.errors import ConfigurationError
 from hybrid.worker import Connection
 
 if TYPE_CHECKING:
@@ -61,13 +60,9 @@ DEFAULT_TAG = "HybridCluster"
 
 
 def tag_prefix() -> str:
-    """The tag that marks our jobs (``hybrid.batch.tag``): it names a job attribute."""
-    tag = config.get("batch.tag")
-    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", tag):
-        raise ConfigurationError("hybrid.batch.tag", tag,
-                                 "1-63 characters from A-Z a-z 0-9 _, not starting with a "
-                                 "digit (it names an HTCondor job attribute)")
-    return tag
+    """The tag that marks our jobs (``hybrid.batch.tag``, checked as
+    ``hybrid.fields.Tag`` for every system that carries it)."""
+    return config.get("batch.tag")
 
 
 @dataclass(frozen=True)

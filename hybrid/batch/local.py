@@ -20,10 +20,11 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from hybrid.batch.base import BatchSystem
 from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
@@ -36,8 +37,6 @@ RECORDS = "local-jobs"
 
 def _start_time(pid: int) -> float | None:
     """The start time of a live process (``None``: gone, or a zombie, reaped if ours)."""
-    import psutil
-
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -164,22 +163,22 @@ class LocalProcesses(BatchSystem):
             if record["job_id"] in wanted:
                 path.with_suffix(".removed").touch(mode=0o600)
                 targets.append(record)
+        leaders = {}
         for record in targets:
             if self._alive(record):
                 _signal_group(record["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+                with contextlib.suppress(psutil.Error):
+                    leaders[psutil.Process(record["pid"])] = record["pid"]
+        _, alive = psutil.wait_procs(list(leaders), timeout=timeout)
+        for process in alive:
+            _signal_group(leaders[process], signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5)
         for record in targets:
-            while self._alive(record) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self._alive(record):
-                _signal_group(record["pid"], signal.SIGKILL)
             with self._lock:
                 proc = self._procs.get(record["job_id"])
             if proc is not None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    pass
 
     def _alive(self, record: dict[str, Any]) -> bool:
         with self._lock:

@@ -343,21 +343,6 @@ class SGE(CommandLineSystem):
         return script
 
     # ------------------------------------------------------------------ operations
-    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
-        """One ``qsub -t`` per ``max_array_size`` workers (usually one)."""
-        size = self.settings.max_array_size
-        ids: list[str] = []
-        left = count
-        try:
-            while left > 0:
-                ids += super().submit(job, staging, min(left, size))
-                left -= size
-        except BatchError:
-            if ids:  # a later array failed: the earlier ones are not left behind
-                self.remove(ids)
-            raise
-        return ids
-
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``qsub -terse`` prints ``JOB.1-n:1`` for an array: the tasks are ``JOB.1..n``."""
         answer = out.strip().splitlines()[-1].strip() if out.strip() else ""

@@ -3,20 +3,26 @@
 Jobs carry ``--comment=<tag>:<cluster>:<pool>:<scheduler>``; array tasks are tracked as
 ``JOBID_TASK``. A request beyond the site's ``MaxArraySize`` (``max_array_size``) goes out as
 several arrays, one ``sbatch`` each.
+
+The queue is read as JSON (``squeue --json``, Slurm 21.08 and later) so that a job name,
+comment or reason with spaces is read whole; older Slurm through ``squeue --format`` with a
+separator and ``scontrol show job --oneliner`` split at its ``Key=`` words (whole there too).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Iterable
-from pathlib import Path
+from typing import Any, NamedTuple
 
 from hybrid.batch.base import (
     CommandLineSystem,
     JobState,
+    JobStatus,
     ReservedOptions,
     SystemSettings,
-    WorkerJob,
     run_command,
 )
 from hybrid.errors import BatchError
@@ -35,6 +41,18 @@ _STATES = {
     "DEADLINE": JobState.failed, "PREEMPTED": JobState.failed, "SPECIAL_EXIT": JobState.failed,
 }
 _SEP = "\x1f"  # a separator no job name or comment contains
+_GONE = ("already completing or completed", "Invalid job id")  # a job gone: not a failure
+#: Where a ``Key=`` word starts in ``scontrol show job --oneliner`` (keys hold ``/`` and ``:``).
+_SCONTROL_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+class SlurmJob(NamedTuple):
+    """One array task (or job) as Slurm reports it."""
+    job_id: str
+    name: str
+    comment: str
+    state: JobState
+    reason: str | None
 
 
 def slurm_state(state: str, reason: str | None) -> JobState:
@@ -60,8 +78,10 @@ class Slurm(CommandLineSystem):
     tools = ("sbatch", "squeue", "scancel")
     submit_command = ("sbatch", "--parsable")
     remove_command = "scancel"
-    gone_words = ("already completing or completed", "Invalid job id")
+    gone_words = _GONE
     Settings = SlurmSettings
+    #: Whether ``squeue --json`` answers (until it does not).
+    _json = True
     unreachable_fix = ("Check that slurmctld is up and reachable (scontrol ping), and "
                        "SLURM_CONF.")
     reserved_options = ReservedOptions(
@@ -73,21 +93,6 @@ class Slurm(CommandLineSystem):
               "error": "the job's log file", "chdir": "the job's directory"},
         flags="hHkOQsuvVW")
 
-    def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
-        """One ``sbatch --array`` per ``max_array_size`` workers (usually one)."""
-        size = self.settings.max_array_size
-        ids: list[str] = []
-        left = count
-        try:
-            while left > 0:
-                ids += super().submit(job, staging, min(left, size))
-                left -= size
-        except BatchError:
-            if ids:  # a later array failed: the earlier ones are not left behind
-                self.remove(ids)
-            raise
-        return ids
-
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``sbatch --parsable`` prints ``JOBID[;cluster]``: the tasks are ``JOBID_1..n``."""
         job = out.strip().split(";")[0].strip()
@@ -95,20 +100,40 @@ class Slurm(CommandLineSystem):
             raise BatchError(f"sbatch answered {out.strip()!r}, not a job id")
         return [f"{job}_{i}" for i in range(1, count + 1)]
 
+    def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
+              history: bool = False) -> list[JobStatus]:
+        """Our jobs, from ``squeue --json`` where this Slurm offers it (see the module)."""
+        try:
+            return super().query(cluster, job_ids, history)
+        except BatchError as error:
+            if not self._json:
+                raise
+            if re.search(r"json|plugin|serializ", str(error), re.I):
+                self._json = False  # no --json (before 21.08), or no JSON plugin: the text
+                return super().query(cluster, job_ids, history)
+            # squeue --json exits 0 with "Failed while looking for jobs"; the text says why
+            why = run_command(["squeue", "--noheader", "--format=%i"], check=False).stderr
+            raise BatchError(f"{error} ({why.strip()})" if why.strip() else str(error)) from None
+
     def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
         """``squeue`` of these tasks, or of this user's jobs."""
-        argv = ["squeue", "--noheader", "--array", "--states=all",
-                f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%k"]
+        argv = ["squeue", "--states=all"]
+        argv += ["--json"] if self._json else [
+            "--noheader", "--array", f"--format=%i{_SEP}%T{_SEP}%r{_SEP}%k"]
         if job_ids is not None:
             # by job (array) id: squeue matches every record it holds against each id given,
             # so 10,000 task ids cost a second where the few array ids cost nothing; the tasks
-            # not asked for are dropped by query()
+            # not asked for are dropped by query() (as with --json before 23.02: every job)
             return [*argv, "--jobs=" + ",".join(dict.fromkeys(
                 job_id.split("_", 1)[0] for job_id in job_ids))]
         return [*argv, f"--user={os.environ.get('USER') or os.getuid()}"]
 
     def parse_query(self, out: str) -> Iterable[tuple[str, str, JobState, str | None]]:
-        """One record per line of ``squeue``."""
+        """One record per task of ``squeue --json`` (this user's), or per line of text."""
+        if self._json:
+            for job in squeue_json(out):
+                yield job.job_id, job.comment, job.state, job.reason
+            return
         for line in out.splitlines():
             fields = line.split(_SEP)
             if len(fields) != 4:
@@ -119,25 +144,26 @@ class Slurm(CommandLineSystem):
 
     def history(self, job_ids: list[str]) -> list[tuple[str, str, JobState, str | None]]:
         """``scontrol show job`` of the tasks that left ``squeue``: one call per array (it
-        lists every task of it), not one per task."""
-        wanted = set(job_ids)
-        arrays = sorted({job_id.split("_", 1)[0] for job_id in job_ids})
-        records = []
-        for array in arrays:
+        lists every task of it). ``squeue --json`` lists every job the controller knows."""
+        if self._json:
+            return []
+        wanted, records = set(job_ids), []
+        for array in sorted({job_id.split("_", 1)[0] for job_id in job_ids}):
             result = run_command(["scontrol", "show", "job", "--oneliner", array], check=False)
-            if result.returncode != 0:
-                continue
-            for line in result.stdout.splitlines():
-                record = _scontrol_record(line)
-                if record is not None and record[0] in wanted:
-                    records.append(record)
+            jobs = map(scontrol_record, result.stdout.splitlines() if result.returncode == 0
+                       else [])
+            records += [(j.job_id, j.comment, j.state, j.reason) for j in jobs
+                        if j is not None and j.job_id in wanted]
         return records
 
 
-def _scontrol_record(line: str) -> tuple[str, str, JobState, str | None] | None:
-    """``(job id, comment, state, reason)`` of one ``scontrol show job --oneliner`` line;
-    array tasks are ``ARRAYJOB_TASK``."""
-    fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+def scontrol_record(line: str) -> SlurmJob | None:
+    """One ``scontrol show job --oneliner`` line (Slurm without ``--json``); a value runs to
+    the next ``Key=`` word, so a job name or comment with spaces is read whole (``scontrol``
+    itself writes a reason's spaces as ``_``)."""
+    keys = list(_SCONTROL_KEY.finditer(line))
+    fields = {key[1]: line[key.end():following.start() if following else None].strip()
+              for key, following in zip(keys, [*keys[1:], None], strict=True)}
     if "JobId" not in fields:
         return None
     task = fields.get("ArrayTaskId", "")
@@ -146,5 +172,55 @@ def _scontrol_record(line: str) -> tuple[str, str, JobState, str | None] | None:
     state = slurm_state(fields.get("JobState", ""), reason)
     if state is JobState.failed and fields.get("ExitCode"):
         reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
-    return (job_id, fields.get("Comment", ""), state,
-            None if reason in (None, "None") else reason)
+    return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""), state,
+                    None if reason in (None, "None") else reason)
+
+
+def _number(value: Any) -> int | None:
+    """A number of ``squeue --json``: plain (Slurm 22.05), or ``{"set", "number"}`` (23.02+)."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) else None
+
+
+def _tasks(text: str) -> list[int]:
+    """The task ids of a pending array record's ``array_task_string`` (``1-9:2,12%4``)."""
+    tasks: list[int] = []
+    for part in text.split("%", 1)[0].split(","):
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if first.isdigit():
+            tasks += range(int(first), int(last or first) + 1, int(step or 1))
+    return tasks
+
+
+def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
+    """This user's (``uid``) array tasks and jobs in ``squeue --json``, with the reason
+    ``squeue`` prints; a pending array's one record stands for each of its tasks."""
+    try:
+        document = json.loads(out) if out.strip() else {}
+    except json.JSONDecodeError as error:
+        raise BatchError(f"squeue --json printed something that is not JSON ({error}): "
+                         f"{out[:200]!r}") from None
+    errors = [str(e.get("description") or e.get("error")) for e in document.get("errors") or []]
+    if [e for e in errors if not any(word in e for word in _GONE)]:  # (squeue exits 0 here)
+        raise BatchError(f"squeue: {'; '.join(errors)}")
+    uid = os.getuid() if uid is None else uid
+    found = []
+    for job in document.get("jobs") or []:
+        if _number(job.get("user_id")) != uid:
+            continue
+        states = job.get("job_state")  # a list of words from 23.02 on
+        state = " ".join(states) if isinstance(states, list) else str(states or "")
+        reason = job.get("state_description") or job.get("state_reason")
+        reason = None if reason in (None, "", "None") else reason
+        array, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+        if array and task is not None:
+            ids = [f"{array}_{task}"]
+        elif array:
+            ids = [f"{array}_{t}" for t in _tasks(job.get("array_task_string") or "")]
+        else:
+            ids = [str(_number(job.get("job_id")))]
+        found += [SlurmJob(i, job.get("name") or "", job.get("comment") or "",
+                           slurm_state(state, reason), reason) for i in ids]
+    return found

@@ -25,7 +25,12 @@ STAGING_RECORD = "hybrid-staging.json"
 
 
 def write_private(path: Path, data: str | bytes, mode: int = 0o600) -> Path:
-    """Write a file that only its owner can read: created with ``mode`` (never wider)."""
+    """Write a file that only its owner can read: created with ``mode`` (never wider).
+
+    Ours rather than ``Path.write_text`` + ``chmod`` (readable by others in between) or
+    ``tempfile.mkstemp`` (a name of its own): the file is private from the moment it exists,
+    under its own name, and ``fchmod`` narrows a file that existed with a wider mode.
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.fchmod(fd, mode)

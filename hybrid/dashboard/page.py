@@ -22,6 +22,8 @@ import logging
 import time
 from typing import Any
 
+from distributed.comm.addressing import get_address_host, unparse_host_port
+
 logger = logging.getLogger("distributed.scheduler.hybrid_pools")
 
 #: Where the client publishes the pools: ``scheduler.get_metadata([POOLS_METADATA_KEY])``.
@@ -38,8 +40,7 @@ COLORS = {"pending": "#f0ad4e", "running": "#5cb85c", "held": "#d9534f",
 
 def _host(address: str) -> str:
     """``tcp://10.0.0.5:40123`` -> ``10.0.0.5`` (``[::1]`` for IPv6)."""
-    rest = address.split("://", 1)[-1]
-    return rest.rsplit(":", 1)[0] if ":" in rest else rest
+    return unparse_host_port(get_address_host(address))
 
 
 def _escape(value: Any) -> str:

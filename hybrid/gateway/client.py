@@ -411,8 +411,10 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         if kwargs:
             raise ConfigurationError("scale", sorted(kwargs),
                                      "scale(n, pool=None, wait=False, timeout=None)")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ConfigurationError("scale.n", n, "a whole number of workers >= 0")
+        from hybrid.fields import validate_value
+        from hybrid.manager.waiting import WORKERS
+
+        n = validate_value(WORKERS, n, "scale.n")
         return self.gateway.sync(self._scale, n, pool, wait, timeout)
 
     async def _scale(self, n: int, pool: str | None, wait: bool = False,

@@ -32,9 +32,10 @@ from traitlets import Bool
 from traitlets import Float as FloatTrait
 
 from hybrid.errors import ConfigurationError
+from hybrid.fields import image_reference
 from hybrid.gateway_server import PRELOAD_MODULE, preload_source
 from hybrid.gateway_server.scheduler import CLIENT_TIMEOUT_ENV, LIMITS_ENV, MAX_LIFETIME_ENV
-from hybrid.gateway_server.settings import GatewaySettings, image_reference, load_settings
+from hybrid.gateway_server.settings import GatewaySettings, load_settings
 
 __all__ = [
     "BACKEND_CLASSES",

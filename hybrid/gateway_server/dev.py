@@ -36,7 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distributed.comm.addressing import parse_host_port
+from distributed.utils import open_port
+
+from hybrid.batch.staging import write_private
 from hybrid.errors import ConfigurationError, HybridError
+from hybrid.fields import Interval, ListenPort, validate_value
 from hybrid.gateway_server import CONFIG_FILE
 from hybrid.gateway_server.settings import (
     SETTINGS_ENV,
@@ -65,26 +70,8 @@ class DevGatewayError(HybridError, RuntimeError):
     """The development gateway did not start or stop; the message carries its log's tail."""
 
 
-def _write_private(path: Path, data: str) -> None:
-    """Write ``data`` to a file only its owner can read (0600 from creation on)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, data.encode())
-    finally:
-        os.close(fd)
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def _check_port(value: Any, field_name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ConfigurationError(field_name, value, "a port 1-65535, or 0 to pick a free one")
+    value = validate_value(ListenPort, value, field_name)
     if value:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -134,7 +121,7 @@ class DevGateway:
     @property
     def proxy_port(self) -> int:
         """The TCP proxy's port."""
-        return int(self.proxy_address.rsplit(":", 1)[1])
+        return parse_host_port(self.proxy_address)[1]
 
     @property
     def worker_scheduler_address(self) -> str:
@@ -376,12 +363,12 @@ def _dev_settings(state: Path, api_port: int, port: int, proxy_port: int,
 
 
 def _free_ports(port: int, proxy_port: int) -> tuple[int, int, int]:
-    ports = {"port": port or free_port(), "proxy_port": proxy_port or free_port()}
-    api_port = free_port()
+    ports = {"port": port or open_port(HOST), "proxy_port": proxy_port or open_port(HOST)}
+    api_port = open_port(HOST)
     while api_port in ports.values():
-        api_port = free_port()
+        api_port = open_port(HOST)
     if ports["port"] == ports["proxy_port"]:
-        ports["proxy_port"] = free_port()
+        ports["proxy_port"] = open_port(HOST)
     return api_port, ports["port"], ports["proxy_port"]
 
 
@@ -421,17 +408,14 @@ def start_dev_gateway(
         ``idle_timeout``, ``max_lifetime``, ``client_timeout``, ``cluster_max_workers``,
         ``gateway_workers``, ``preload``...), checked before anything starts.
     """
-    _check_port(port, "port")
-    _check_port(proxy_port, "proxy_port")
+    port, proxy_port = _check_port(port, "port"), _check_port(proxy_port, "proxy_port")
     if port and port == proxy_port:
         raise ConfigurationError("proxy_port", proxy_port, "a port other than port",
                                  "Give two different ports, or 0 to pick free ones.")
     if password is not None:
         _check_password(password)
     username = _check_username(username if username is not None else getpass.getuser())
-    if isinstance(start_timeout, bool) or not isinstance(start_timeout, (int, float)) or (
-            start_timeout <= 0):
-        raise ConfigurationError("start_timeout", start_timeout, "a number of seconds > 0")
+    start_timeout = validate_value(Interval, start_timeout, "start_timeout")
     if state_dir is not None:
         existing = Path(state_dir).expanduser()
         if existing.exists() and not existing.is_dir():
@@ -449,11 +433,11 @@ def start_dev_gateway(
             password = password_path.read_text().strip()
         if not password:
             password = secrets.token_urlsafe(24)
-        _write_private(password_path, password + "\n")
+        write_private(password_path, password + "\n")
         key_path = path / DB_KEY_FILE
         if not key_path.exists():
-            _write_private(key_path, base64.b64encode(os.urandom(32)).decode() + "\n")
-        _write_private(path / SETTINGS_FILE, settings_yaml(
+            write_private(key_path, base64.b64encode(os.urandom(32)).decode() + "\n")
+        write_private(path / SETTINGS_FILE, settings_yaml(
             config, "hybrid dev gateway settings (written by start_dev_gateway)"))
         (path / CLUSTERS_DIRECTORY).mkdir(mode=0o700, exist_ok=True)
         database = path / DATABASE_FILE

@@ -15,11 +15,10 @@ from typing import Any
 import yaml
 
 from hybrid.errors import ConfigurationError
-from hybrid.fields import validate_value
+from hybrid.fields import ImageReference, validate_value
 from hybrid.gateway_server.settings import (
     SETTINGS_TEXT_ENV,
     GatewaySettings,
-    SchedulerImage,
     settings_yaml,
 )
 
@@ -72,7 +71,7 @@ def helm_values(settings: GatewaySettings, *, gateway_image: str | None = None,
                                  "a mapping merged into the scheduler pod spec")
     gateway: dict[str, Any] = {}
     if gateway_image is not None:
-        gateway["image"] = _image(validate_value(SchedulerImage, gateway_image,
+        gateway["image"] = _image(validate_value(ImageReference, gateway_image,
                                                  "gateway_image"))
     auth: dict[str, Any] = {"type": settings.authenticator or "simple"}
     if settings.jupyterhub_api_url:

@@ -14,7 +14,6 @@ No secret is ever a setting: the password and the database key are read from 060
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,17 +21,17 @@ from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
 
 from hybrid.errors import ConfigurationError
 from hybrid.fields import (
     AbsolutePath,
     Environment,
+    ImageReference,
     Memory,
     Seconds,
     Strings,
-    address,
     count,
+    listen_address,
     reject,
     seconds,
     strings,
@@ -66,33 +65,11 @@ SCHEDULER_MEMORY = 2 * 2**30
 DEFAULT_WORKER_MEMORY = 2 * 2**30
 
 DATABASE_BACKENDS = ("local", "unsafe-local")
-_IMAGE_PATTERN = (
-    r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?"
-)
-
-
-def image_reference(value: Any) -> Any:
-    """A container image reference: ``[registry[:port]/]name[:tag][@sha256:digest]``."""
-    if not isinstance(value, str) or not re.fullmatch(_IMAGE_PATTERN, value):
-        raise reject('a container image reference such as "ghcr.io/org/image:tag" (lower-case '
-                     "name, no spaces)")
-    return value
 
 
 def _listen_address(value: Any) -> Any:
-    if value is None:
-        return None
-    accepted = 'a listen address "HOST:PORT" such as "127.0.0.1:8000" or ":8000" (port 1-65535)'
-    if not isinstance(value, str) or "://" in value or ":" not in value:
-        raise reject(accepted)
-    host, _, port = value.rpartition(":")
-    try:
-        address(f"tcp://{host or '0.0.0.0'}:{port}", schemes=("tcp",))
-    except PydanticCustomError:
-        raise reject(accepted) from None
-    return value
+    return None if value is None else listen_address(
+        value, 'a listen address "HOST:PORT" such as "127.0.0.1:8000" or ":8000" (port 1-65535)')
 
 
 def _duration_or_zero(value: Any) -> Any:
@@ -128,13 +105,12 @@ def _positive_cores(value: Any) -> Any:
 
 
 ListenAddress = Annotated[str, BeforeValidator(_listen_address)]
-SchedulerImage = Annotated[str, BeforeValidator(image_reference)]
 #: A duration in seconds; 0 means "no limit".
 Lifetime = Annotated[float, BeforeValidator(_duration_or_zero)]
 HttpUrl = Annotated[str, BeforeValidator(_http_url)]
 DatabaseUrl = Annotated[str, BeforeValidator(_database_url)]
 Cores = Annotated[float, BeforeValidator(_positive_cores)]
-Images = Annotated[tuple[SchedulerImage, ...], BeforeValidator(strings(True, "image references"))]
+Images = Annotated[tuple[ImageReference, ...], BeforeValidator(strings(True, "image references"))]
 
 
 class GatewaySettings(BaseModel):

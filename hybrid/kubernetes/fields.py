@@ -2,8 +2,9 @@
 
 One validator per kind, in the style of :mod:`hybrid.fields`: DNS-1123 labels (namespaces,
 volume names) and subdomains (secret, claim, service account and storage class names),
-label keys and values, label mappings, container paths, image references and extended
-resource names. A bad value is a :class:`~hybrid.errors.ConfigurationError` (through
+label keys and values, label mappings, container paths and extended resource names (image
+references: ``hybrid.fields.ImageReference``, the one rule the gateway's images follow
+too). A bad value is a :class:`~hybrid.errors.ConfigurationError` (through
 :func:`hybrid.fields.validate`) before any request is made, not a 422 from the server.
 """
 
@@ -20,6 +21,7 @@ from hybrid.fields import (
     DNS_SUBDOMAIN,
     LINE_BREAKS,
     QUALIFIED_NAME_PART,
+    ImageReference,
     Memory,
     ResourceLimits,
     is_qualified_name,
@@ -129,15 +131,6 @@ def _sub_path(value: Any) -> Any:
     return value
 
 
-def _image(value: Any) -> Any:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or any(
-            c.isspace() or ord(c) < 32 or c in LINE_BREAKS for c in value):
-        raise reject('an image reference without spaces, e.g. "ghcr.io/dask/dask:2026.8.0"')
-    return value
-
-
 def _word(value: Any) -> Any:
     if value is None:
         return None
@@ -177,8 +170,6 @@ Labels = Annotated[dict[str, str], BeforeValidator(_labels)]
 MountPath = Annotated[str, BeforeValidator(_mount_path)]
 #: A relative path inside a volume (a secret's key).
 SubPath = Annotated[str, BeforeValidator(_sub_path)]
-#: A container image reference.
-ImageReference = Annotated[str, BeforeValidator(_image)]
 #: A command, a context name: a non-empty string on one line.
 Word = Annotated[str, BeforeValidator(_word)]
 #: A kubeconfig file (``~`` expanded, made absolute).

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybrid import config
 from hybrid.batch.base import BatchSystem
-from hybrid.batch.jobs import JobState, JobStatus, WorkerJob
+from hybrid.batch.jobs import JobState, JobStatus, WorkerJob, tag_prefix
 from hybrid.errors import ConfigurationError, attach_note
 from hybrid.fields import reject, validate
 from hybrid.gpusharing import pod_command, starts_mps
@@ -57,7 +57,6 @@ from hybrid.kubernetes.settings import (
     cluster_secret_name,
     escape_expansion,
     pod_state,
-    pod_tag,
 )
 from hybrid.units import walltime_seconds
 from hybrid.worker import Connection, TLSFiles, read_pem, worker_commands
@@ -78,7 +77,6 @@ __all__ = [
     "cluster_secret_name",
     "escape_expansion",
     "pod_state",
-    "pod_tag",
 ]
 
 #: Items per page when listing (the server may send fewer; ``continue`` fetches the rest).
@@ -177,7 +175,7 @@ class KubernetesPods(BatchSystem):
 
     def labels(self, job: WorkerJob, settings: KubernetesSettings) -> dict[str, str]:
         """The labels every pod of this pool carries."""
-        return {**settings.labels, LABEL_TAG: pod_tag(), LABEL_CLUSTER: job.cluster,
+        return {**settings.labels, LABEL_TAG: tag_prefix(), LABEL_CLUSTER: job.cluster,
                 LABEL_POOL: job.pool}
 
     def _container(self, job: WorkerJob, settings: KubernetesSettings) -> dict[str, Any]:
@@ -317,7 +315,7 @@ class KubernetesPods(BatchSystem):
                 return items, page.metadata.resource_version if page.metadata else None
 
     def _selector(self, cluster: str | None = None, role: str | None = None) -> str:
-        words = [f"{LABEL_TAG}={pod_tag()}"]
+        words = [f"{LABEL_TAG}={tag_prefix()}"]
         if cluster is not None:
             words.append(f"{LABEL_CLUSTER}={cluster}")
         if role is not None:
@@ -334,7 +332,7 @@ class KubernetesPods(BatchSystem):
         body: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": name, "namespace": self.settings.namespace,
-                         "labels": {LABEL_TAG: pod_tag(), LABEL_CLUSTER: cluster,
+                         "labels": {LABEL_TAG: tag_prefix(), LABEL_CLUSTER: cluster,
                                     LABEL_ROLE: "cluster"},
                          "annotations": {ANNOTATION_SCHEDULER: connection.scheduler_address}}}
         if connection.tls is not None:

@@ -17,12 +17,10 @@ import distributed
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from hybrid.batch.base import SystemSettings
-from hybrid.batch.jobs import JobState, tag_prefix
-from hybrid.errors import ConfigurationError
+from hybrid.batch.jobs import JobState
 from hybrid.fields import Environment, Interval, Seconds, reject, strings
 from hybrid.kubernetes.api import dns_name
 from hybrid.kubernetes.fields import (
-    LABEL_VALUE_RULE,
     Bytes,
     DNSLabel,
     DNSSubdomain,
@@ -33,7 +31,6 @@ from hybrid.kubernetes.fields import (
     ResourceLimits,
     ResourceName,
     Word,
-    label_value,
 )
 from hybrid.kubernetes.volumes import KubernetesSecret, Volume
 
@@ -285,14 +282,3 @@ REFUSED_OPTIONS = (
     ("conda_env", "no conda environment: each pod runs its image's python",
      "Build the environment into the image, or give python=... (the image's python)."),
 )
-
-
-def pod_tag() -> str:
-    """``hybrid.batch.tag``, checked as the label value ``hybrid/tag`` of every pod."""
-    tag = tag_prefix()
-    try:
-        label_value(tag)
-    except Exception:
-        raise ConfigurationError("hybrid.batch.tag", tag, LABEL_VALUE_RULE + " (Kubernetes "
-                                 "pods carry it as the label hybrid/tag)") from None
-    return tag

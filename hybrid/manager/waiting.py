@@ -19,8 +19,12 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import JobState
 from hybrid.errors import ConfigurationError, PoolFailed, WorkersDidNotArrive
+from hybrid.fields import count
 from hybrid.manager.pool import ManagedPool
 from hybrid.manager.progress import WaitProgress, progress_mode
+
+#: How many workers a pool is scaled to (``scale(n)``).
+WORKERS = count(0, None, "a whole number of workers >= 0")
 
 
 class WaitingForWorkers:

@@ -17,10 +17,11 @@ import psutil
 import pytest
 from click.testing import CliRunner
 from dask_gateway import BasicAuth, Gateway
+from distributed.utils import open_port
 
 from hybrid.cli import cli
 from hybrid.errors import ConfigurationError
-from hybrid.gateway_server.dev import DevGatewayError, free_port, start_dev_gateway
+from hybrid.gateway_server.dev import DevGatewayError, start_dev_gateway
 from tests.gateway.helpers import wait_for
 
 pytestmark = [
@@ -146,7 +147,7 @@ class _LineReader:
                                                 (signal.SIGTERM, "given-password-123")])
 def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
     argv = [sys.executable, "-m", "hybrid.cli", "gateway", "dev", "--heartbeat-period", "1",
-            "--proxy-port", str(free_port())]
+            "--proxy-port", str(open_port("127.0.0.1"))]
     if password:
         argv += ["--password", password]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -19,6 +19,7 @@ from dask_gateway_server.auth import SimpleAuthenticator
 from dask_gateway_server.backends.base import ClusterConfig, PublicException
 from dask_gateway_server.backends.local import LocalClusterConfig
 from dask_gateway_server.models import User
+from distributed.utils import open_port
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
@@ -29,7 +30,6 @@ from hybrid.gateway_server.backend import (
     HybridUnsafeLocalBackend,
     configure,
 )
-from hybrid.gateway_server.dev import free_port
 from hybrid.gateway_server.scheduler import CLIENT_TIMEOUT_ENV, LIMITS_ENV, MAX_LIFETIME_ENV
 from hybrid.gateway_server.settings import (
     DEFAULT_SCHEDULER_IMAGE,
@@ -300,7 +300,7 @@ def test_kubernetes_settings_set_real_traits_and_map_the_image(allow_custom_imag
 
 def test_a_jupyterhub_config_runs_in_the_real_server(tmp_path):
     """A facility-style setup (LocalBackend, JupyterHub auth) starts dask-gateway-server."""
-    api, proxy, tcp = free_port(), free_port(), free_port()
+    api, proxy, tcp = open_port("127.0.0.1"), open_port("127.0.0.1"), open_port("127.0.0.1")
     settings_path = tmp_path / SETTINGS_FILE
     settings_path.write_text(settings_yaml(parse_settings({
         "backend": "local", "authenticator": "jupyterhub",
