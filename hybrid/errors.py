@@ -47,6 +47,14 @@ class PoolFailed(WorkersDidNotArrive):
     """A pool gave up: its submissions or its jobs kept failing. The message says why."""
 
 
+class GatewayUnreachable(HybridError, ConnectionError):
+    """The dask-gateway server cannot be reached at the address given: nothing was done."""
+
+
+class ClusterClosed(HybridError, RuntimeError):
+    """A call on a cluster that is closed: nothing was done. The message says what to do."""
+
+
 class CleanupFailed(HybridError):
     """Closing left work behind; the message names the jobs and the command that removes them."""
 
