@@ -345,7 +345,11 @@ def _memory(value: Any) -> Any:
     try:
         quantity = parse_memory(value, "memory")
         n = to_bytes(quantity)
-    except (ConfigurationError, ValueError, OverflowError, TypeError):
+    except ConfigurationError as error:  # its words on what is missing, and what would do
+        detail = error.accepted.rpartition(" (")[2].rstrip(")") if error.accepted.endswith(
+            ")") else ""
+        raise reject(accepted + (f" ({detail})" if detail else ""), error.fix) from None
+    except (ValueError, OverflowError, TypeError):
         raise reject(accepted) from None
     if n <= 0:
         raise reject(accepted + ", larger than zero")
@@ -567,7 +571,12 @@ def configuration_error(error: ValidationError, *, prefix: str = "",
     if kind == "extra_forbidden":
         if not fields:
             return ConfigurationError(name, value, "no option here: this takes none")
+        import difflib
+
+        given = str(loc[-1]) if loc else ""
+        close = difflib.get_close_matches(given, list(fields), n=1, cutoff=0.6)
         return ConfigurationError(name, value, f"a known option, one of {', '.join(fields)}",
+                                  f"Did you mean {close[0]}?" if close else
                                   "Check the spelling of the option.")
     if kind == "value_error":
         return ConfigurationError(name, value, str(context.get("error", first["msg"])))
