@@ -343,3 +343,31 @@ def test_a_closed_cluster_refuses_every_call_with_one_clear_error(script, kind, 
         finally:
             client.close()
     _assert_nothing_left(run)
+
+
+ASYNC_SCRIPT = """
+import asyncio
+from hybrid import HybridCluster
+
+async def main():
+    cluster = await HybridCluster(asynchronous=True)
+    cluster.add_pool("cpu", "local")
+    await cluster.scale(2)
+    await cluster.wait_for_workers(2, 120)
+    print("phase scale", cluster.name, flush=True)
+
+asyncio.run(main())  # ends without closing the cluster
+"""
+
+
+def test_an_asynchronous_cluster_left_open_closes_with_its_event_loop(staging) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env.update({"PYTHONPATH": str(REPO), "DASK_HYBRID__SCHEDULER__HOST": "127.0.0.1",
+                "DASK_HYBRID__BATCH__STAGING_DIRECTORY": str(staging)})
+    result = subprocess.run([sys.executable, "-c", ASYNC_SCRIPT], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    cluster = result.stdout.split()[2]
+    # its two local workers are gone (asked of the process table), and so are their records
+    wait_for(lambda: not _local_workers(cluster), 60, message="no worker process left")
+    assert not list(staging.glob(f"{cluster}-*")), "its staging directory stayed"
