@@ -91,8 +91,8 @@ class Ending:
 
         When the process is interrupted, terminated or exiting, one line says how it ended
         (``note``: how it ended, e.g. ``"closed, 2 job(s) removed"``; a failure's message
-        names what is left). A failed
-        ``close()`` that the caller sees raise prints nothing: its exception says it.
+        names what is left). A failed ``close()`` that the caller sees raise prints
+        nothing: its exception says it.
         """
         if not self.open:
             return
@@ -127,11 +127,13 @@ class Ending:
             close = self._close() if self._close is not None else None
             if close is not None and self.open:
                 global _exiting
-                _exiting = _exiting or "at the end of the event loop"
+                previous, _exiting = _exiting, _exiting or "at the end of the event loop"
                 try:
                     await close()
                 except Exception as error:
                     self.finished(error)
+                finally:
+                    _exiting = previous
 
 
 _lock = threading.RLock()
@@ -184,6 +186,8 @@ def end_all(why: str) -> None:
                 close()
         except BaseException as error:
             ending.finished(error)
+            if isinstance(error, KeyboardInterrupt):
+                break  # asked to stop waiting: `hybrid gc` finds what is left
         else:
             ending.finished()  # (nothing more when the owner reported already)
 
@@ -200,14 +204,21 @@ def closing() -> Iterator[None]:
 
         def patience(signum: int, frame: Any) -> None:
             pressed[0] += 1
-            if pressed[0] > 1:
+            if pressed[0] > 1:  # asked again: stop waiting
+                if signum == signal.SIGTERM:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGTERM)
                 raise KeyboardInterrupt
             _say("still closing: removing the cluster's jobs (at most a minute). Press "
                  "Ctrl-C again to stop waiting; `hybrid gc` then finds what is left.")
 
-        for number in (signal.SIGINT, signal.SIGTERM):
+        # only where the signal does what Python does by default (or hybrid's SIGTERM)
+        defaults = {signal.SIGINT: (signal.default_int_handler,),
+                    signal.SIGTERM: (signal.SIG_DFL, _on_sigterm)}
+        for number, ours in defaults.items():
             with contextlib.suppress(ValueError, OSError):
-                previous[number] = signal.signal(number, patience)
+                if signal.getsignal(number) in ours:
+                    previous[number] = signal.signal(number, patience)
     _closing_depth += 1
     try:
         yield
