@@ -45,7 +45,7 @@ from hybrid import config
 from hybrid.errors import ClusterClosed
 
 __all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "open_endings",
-           "register", "sync"]
+           "outcome", "register", "sync"]
 
 #: Exit status of a process ended by SIGTERM (128 + 15, as a shell reports it).
 SIGTERM_STATUS = 128 + signal.SIGTERM
@@ -256,6 +256,23 @@ def sync(loop: Any, function: Callable[..., Any], *args: Any,
     except BaseException:
         future.cancel()
         raise
+
+
+async def outcome(future: asyncio.Future, timeout: float) -> Any:
+    """``future``'s result, waited for up to ``timeout`` s even while the caller is being
+    cancelled (again): ``None`` if it fails or does not finish in time."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not future.done():
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return None
+        try:
+            await asyncio.wait([future], timeout=left)
+        except asyncio.CancelledError:
+            continue
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
 
 
 # ---------------------------------------------------------------------- the process's hooks

@@ -180,7 +180,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
             try:
                 self.name = await asyncio.shield(submission)
             except asyncio.CancelledError:
-                self.name = await _outcome(submission, 10)  # the gateway may have made it
+                self.name = await lifecycle.outcome(submission, 10)  # the gateway may have made it
                 raise
             finally:
                 if self._ending is not None:
@@ -519,7 +519,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
             return self._stop_internal(shutdown=shutdown)
         if self.status == "closed" and (self._ending is None or not self._ending.open):
             return None  # closed before (a second close, or __del__ after close)
-        if _on_loop_of(self.gateway):
+        if self.gateway._on_own_loop():
             # collected on its own event loop's thread (__del__): waiting there for that
             # loop would wait forever; the stop runs on the loop instead
             if self._stopping is None:
@@ -555,18 +555,6 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 HTCGateway.cluster_class = HTCGatewayCluster
 
 
-def _on_loop_of(gateway: Any) -> bool:
-    """Whether this thread runs ``gateway``'s event loop (or that loop is gone)."""
-    try:
-        own = gateway.loop.asyncio_loop
-    except RuntimeError:  # its loop runner stopped
-        return False
-    try:
-        return asyncio.get_running_loop() is own
-    except RuntimeError:
-        return False
-
-
 async def _heartbeat(scheduler: Any, name: str) -> None:
     """Beat while a cluster object is open: a gateway whose ``client_timeout`` culls clusters
     without a client keeps it, and reclaims it once its process is gone (SIGKILL)."""
@@ -583,22 +571,6 @@ async def _heartbeat(scheduler: Any, name: str) -> None:
             logger.debug("gateway cluster %s: heartbeat failed: %s", name, error)
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
-
-async def _outcome(future: asyncio.Future, timeout: float) -> Any:
-    """``future``'s result, waited for up to ``timeout`` s even while the caller is being
-    cancelled (again): ``None`` if it fails or does not finish in time."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not future.done():
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            return None
-        try:
-            await asyncio.wait([future], timeout=left)
-        except asyncio.CancelledError:
-            continue
-    if future.cancelled() or future.exception() is not None:
-        return None
-    return future.result()
 
 __all__ = [
     "LIMITS_KEY",

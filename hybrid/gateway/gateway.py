@@ -159,6 +159,17 @@ class HTCGateway(Gateway):
             return
         super().__del__()
 
+    def _on_own_loop(self) -> bool:
+        """Whether this thread runs this gateway's event loop (``False`` once it is gone)."""
+        try:
+            own = self.loop.asyncio_loop
+        except RuntimeError:  # its loop runner stopped
+            return False
+        try:
+            return asyncio.get_running_loop() is own
+        except RuntimeError:
+            return False
+
     def __repr__(self) -> str:
         return f"HTCGateway<{self.address}>"
 
