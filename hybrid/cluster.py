@@ -198,7 +198,7 @@ class HybridCluster(ClusterViews, Cluster):
                                    fraction=self.gpu_fraction)
         publish_pools(self.manager)  # the dashboard's Pools page
         self.manager.start()
-        if self.asynchronous:
+        if self._async_caller:  # (self.asynchronous is true on the loop's own thread too)
             await self._ending.guard()
 
     def sync(self, func: Any, *args: Any, asynchronous: bool | None = None,
@@ -349,7 +349,7 @@ class HybridCluster(ClusterViews, Cluster):
                 credentials, self._credentials = self._credentials, None
                 remove_credentials(credentials)
             self._quiet_logs.close()
-            if self.asynchronous:
+            if self._async_caller:  # a synchronous close() reports from the caller's thread
                 self._ending.finished(problem, self._close_note)
         if problem is not None:
             raise problem
@@ -376,7 +376,8 @@ class HybridCluster(ClusterViews, Cluster):
             await self.manager.stop()
             self.manager.shutdown_executor()
         await super()._close()
-        self._ending.finished(None, "detached (its jobs run on)")
+        if self._async_caller:
+            self._ending.finished(None, "detached (its jobs run on)")
 
     def detach(self) -> Any:
         """Disconnect and leave the jobs running (another process may ``connect`` to them).
@@ -388,6 +389,7 @@ class HybridCluster(ClusterViews, Cluster):
             raise HybridError("this cluster runs its own scheduler: close() it instead")
         result = self.sync(self._detach)
         if not self.asynchronous:
+            self._ending.finished(None, "detached (its jobs run on)")
             self._loop_runner.stop()
         return result
 

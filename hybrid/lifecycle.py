@@ -227,6 +227,8 @@ def closing() -> Iterator[None]:
         for number, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(number, handler)
+        if previous:
+            _release_sigterm()
 
 
 def sync(loop: Any, function: Callable[..., Any], *args: Any,
@@ -299,10 +301,17 @@ def _install() -> None:
 
 
 def _forget(ending: Ending) -> None:
-    global _previous_sigterm
     with _lock:
         if ending in _endings:
             _endings.remove(ending)
+        _release_sigterm()
+
+
+def _release_sigterm() -> None:
+    """No cluster open any more: SIGTERM does again what it did before the first one (inside
+    :func:`closing`, whose own handler is in place, its end does this)."""
+    global _previous_sigterm
+    with _lock:
         if _endings or _previous_sigterm is None or _exiting is not None:
             return
         if threading.current_thread() is threading.main_thread() and (

@@ -229,6 +229,44 @@ def _worker_proxy() -> Any:
     return batch_worker_address("gateway://127.0.0.1:8786", None)
 
 
+def _script(system: str, **options: Any) -> Callable[[], Any]:
+    """The job script ``system`` renders for a pool with ``options``."""
+    def observe() -> Any:
+        from hybrid.batch import WorkerJob
+        from hybrid.worker import Connection
+
+        job = WorkerJob("keys", _spec(system, **options), Connection("tcp://127.0.0.1:9"))
+        return _system(system).job_script(job, Path("/tmp/keys-staging"))
+    return observe
+
+
+def _own_security() -> Any:
+    """Whether a cluster's own scheduler speaks TLS (with no security= given)."""
+    from hybrid.security import own_security
+
+    security = own_security(None, "HybridCluster.security")
+    return None if security is None else security.require_encryption
+
+
+def _dashboard_listen() -> Any:
+    from hybrid.security import dashboard_listen
+
+    return dashboard_listen(True)
+
+
+def _credentials_root() -> Any:
+    from hybrid.security import credentials_root
+
+    return credentials_root()
+
+
+def _feed_priority() -> Any:
+    """The priority a GPU task gets when a graph is annotated (and the tasks it waits for)."""
+    from hybrid.annotator import feed_priority
+
+    return feed_priority()
+
+
 #: Setting -> (another value, what it changes), for every setting the documents name.
 def effects(tmp: Path) -> dict[str, tuple[Any, Callable[[], Any]]]:
     from hybrid import config
@@ -253,6 +291,19 @@ def effects(tmp: Path) -> dict[str, tuple[Any, Callable[[], Any]]]:
         "hybrid.batch.htcondor.job-max-vacate-time": (
             "7s", _settings("htcondor", "job_max_vacate_time")),
         "hybrid.batch.htcondor.walltime": ("01:23", _spec_field("htcondor", "walltime")),
+        "hybrid.batch.kubernetes.volumes": (
+            [{"kind": "empty_dir", "name": "scratch", "mount_path": "/scratch"}],
+            _settings("kubernetes", "volumes")),
+        "hybrid.batch.pbs.resource-spec": ("select=1:ncpus=3:mem=7gb", _script("pbs")),
+        "hybrid.batch.sge.max-array-size": (7, _settings("sge", "max_array_size")),
+        "hybrid.batch.sge.parallel-environment": ("mpi", _script("sge", cores=2)),
+        "hybrid.batch.sge.project": ("keysproject", _script("sge")),
+        "hybrid.batch.sge.resource-spec": ("arch=lx-amd64", _script("sge")),
+        "hybrid.annotator.feed-priority": (5, _feed_priority),
+        "hybrid.scheduler.credentials-directory": (str(tmp / "credentials"),
+                                                   _credentials_root),
+        "hybrid.scheduler.dashboard-address": ("127.0.0.1:8799", _dashboard_listen),
+        "hybrid.scheduler.tls": (False, _own_security),
         "hybrid.batch.kubernetes.image": ("keys/image:1", _settings("kubernetes", "image")),
         "hybrid.batch.kubernetes.namespace": ("keys-ns", _settings("kubernetes", "namespace")),
         "hybrid.batch.slurm.job-script-prologue": (
