@@ -43,10 +43,11 @@ class BaseDaskBackend(abc.ABC):
         """Start the cluster and connect a client. Undoes what it started if it fails."""
         if self._client is not None:
             return
-        # how it ends, whatever ends the process (hybrid.lifecycle)
-        self._ending = lifecycle.register(type(self).__name__, self.stop)
         try:
             self._cluster = self._start_cluster()
+            # how it ends, whatever ends the process (hybrid.lifecycle): registered after its
+            # cluster, so that it ends first (its client before the scheduler goes)
+            self._ending = lifecycle.register(type(self).__name__, self.stop)
             self._client = HybridClient(
                 self._cluster,
                 annotate_resources=self.annotate_resources,

@@ -263,7 +263,7 @@ class PoolManager(WaitingForWorkers, Closing):
             pool.failed = why if final else (
                 f"{pool.failures} failures in a row (hybrid.batch.max-failures = {limit}); "
                 f"the last: {why}")
-            if not pool.waiters:
+            if report and not pool.waiters:
                 logger.error("pool %s gives up: %s", pool.name, pool.failed)
             # whoever waits for this pool's workers hears it now, not at the next reconcile
             pool.giving_up = asyncio.ensure_future(self._give_up(pool))

@@ -184,10 +184,11 @@ def _assert_one_clean_message(run: Run, *words: str) -> None:
 
 
 MARKS = {"htcondor": [pytest.mark.htcondor], "gateway-local": [pytest.mark.gateway],
-         "gateway-htcondor": [pytest.mark.htcondor, pytest.mark.gateway]}
-HTCONDOR, GATEWAY_HTCONDOR, GATEWAY_LOCAL = (
+         "gateway-htcondor": [pytest.mark.htcondor, pytest.mark.gateway],
+         "backend-htcondor": [pytest.mark.htcondor]}
+HTCONDOR, GATEWAY_HTCONDOR, GATEWAY_LOCAL, BACKEND_HTCONDOR = (
     pytest.param(kind, marks=MARKS[kind], id=kind)
-    for kind in ("htcondor", "gateway-htcondor", "gateway-local"))
+    for kind in ("htcondor", "gateway-htcondor", "gateway-local", "backend-htcondor"))
 
 
 def _with_phase(kind: str, phase: str) -> Any:
@@ -198,7 +199,7 @@ def _ended(run: Run) -> str:
     return "shut down" if run.kind.startswith("gateway") else "closed"
 
 
-@pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_HTCONDOR, GATEWAY_LOCAL])
+@pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_HTCONDOR, GATEWAY_LOCAL, BACKEND_HTCONDOR])
 def test_a_script_that_ends_without_close_leaves_nothing_and_says_nothing(script, kind):
     run = script(kind, "exit")
     assert run.finish() == 0, run.text()
@@ -217,7 +218,7 @@ def test_ctrl_c_inside_wait_for_workers_closes_with_one_line(script, kind):
     _assert_nothing_left(run)
 
 
-@pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_LOCAL])
+@pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_LOCAL, BACKEND_HTCONDOR])
 def test_ctrl_c_while_the_workers_run_closes_with_one_line(script, kind):
     run = script(kind, "sleep")
     run.until("sleep")
@@ -263,7 +264,8 @@ def test_ctrl_c_while_closing_does_not_cut_the_close_short(script, kind):
 
 @pytest.mark.parametrize(("kind", "phase"), [
     _with_phase("htcondor", "sleep"), _with_phase("gateway-htcondor", "sleep"),
-    _with_phase("gateway-local", "wait"), _with_phase("gateway-local", "swallow")])
+    _with_phase("gateway-local", "wait"), _with_phase("gateway-local", "swallow"),
+    _with_phase("backend-htcondor", "sleep")])
 def test_sigterm_closes_like_ctrl_c_then_ends_the_process_as_sigterm_does(script, kind, phase):
     run = script(kind, phase)
     run.until("sleep" if phase == "swallow" else phase)

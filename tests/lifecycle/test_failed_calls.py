@@ -72,7 +72,13 @@ def test_a_scale_whose_tool_is_missing_moves_no_target(quick, tmp_path, monkeypa
                 cluster.scale(3)
             assert cluster.pools["cpu"].target == 0
             assert cluster.pool_status()["cpu"].target == 0
-        assert [r for r in caplog.records if "bsub" in r.getMessage()] == []
+            # a missing tool stays missing: the pool gave up at once (issue 24), so nothing
+            # resubmits, and the next call says why without trying again
+            assert "'bsub' was not found" in cluster.pools["cpu"].failed
+            with pytest.raises(PoolFailed, match="bsub"):
+                cluster.scale(1)
+            assert cluster.pools["cpu"].target == 0
+        assert [r for r in caplog.records if "bsub" in r.getMessage()] == []  # said once
 
 
 def test_an_asynchronous_closed_cluster_refuses_scale_and_keeps_its_target(quick) -> None:

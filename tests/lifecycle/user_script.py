@@ -2,7 +2,9 @@
 
 KIND: ``htcondor`` (a HybridCluster with an HTCondor pool), ``gateway-htcondor`` or
 ``gateway-local`` (an HTCGatewayCluster of the gateway in ``HYBRID_T_GATEWAY`` with an
-HTCondor or local pool). PHASE says where the script stays (the test signals it there):
+HTCondor or local pool), ``backend-htcondor`` (openff-evaluator's way: a
+``DaskHTCondorBackend`` of two workers; phases ``exit`` and ``sleep`` only). PHASE says
+where the script stays (the test signals it there):
 ``start``, ``wait`` (for a worker that never comes), ``sleep`` (workers joined), ``swallow``
 (the same, where the script catches every exception and goes on), ``close``,
 ``queued`` (jobs that stay in the queue), ``exit`` (ends without close()), ``after-close``
@@ -44,6 +46,20 @@ def open_cluster():
 
 
 say("start")
+if kind == "backend-htcondor":  # openff-evaluator's way: a backend, started, never stopped
+    from hybrid.backends import DaskHTCondorBackend
+    from hybrid.resources import QueueWorkerResources
+
+    backend = DaskHTCondorBackend(2, 2, QueueWorkerResources(
+        per_thread_memory_limit="512 MiB"), adaptive_interval="0.5s",
+        disable_nanny_process=True)
+    backend.start()
+    say(f"scale {backend.cluster.name}")
+    backend.cluster.wait_for_workers(2, 600, progress=False)
+    say("sleep")
+    if phase == "sleep":
+        time.sleep(600)
+    sys.exit(0)  # phase "exit": without stop()
 cluster = open_cluster()
 say(f"scale {cluster.name}")
 cluster.scale(2)
