@@ -201,3 +201,15 @@ def test_an_htcondor_walltime_bounds_the_job_as_htcondor_reads_it(htcondor_pool,
     expression = str(ad["PeriodicRemove"])
     assert "7200" in expression and "5400" in expression, expression  # lease and wall time
     assert "JobCurrentStartDate" in expression
+
+
+def test_the_slurm_page_names_the_export_flag_the_jobs_have(tmp_path) -> None:
+    """The page said ``--export=NONE`` while every job script has ``--export=NIL``."""
+    import re
+
+    page = (REPO / "docs" / "batch" / "slurm.md").read_text()
+    [said] = re.findall(r"start with `(--export=[A-Z]+)`", page)
+    result = _hybrid(["render", "--system", "slurm"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    flags = re.findall(r"^#SBATCH (--export=\S+)$", result.stdout, flags=re.M)
+    assert flags == [said], (flags, said)
