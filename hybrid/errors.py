@@ -59,6 +59,14 @@ class CleanupFailed(HybridError):
     """Closing left work behind; the message names the jobs and the command that removes them."""
 
 
+def did_you_mean(given: str, known: Any) -> str:
+    """The fix for a misspelt name: the closest of ``known``, else check the spelling."""
+    import difflib
+
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f"Did you mean {close[0]}?" if close else "Check the spelling of the option."
+
+
 def attach_note(error: BaseException, note: str) -> BaseException:
     """Add ``note`` to ``error`` (``BaseException.add_note`` where Python has it)."""
     add_note = getattr(error, "add_note", None)

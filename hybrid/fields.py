@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, did_you_mean
 
 __all__ = [
     "AbsolutePath",
@@ -345,12 +345,9 @@ def _memory(value: Any) -> Any:
     try:
         quantity = parse_memory(value, "memory")
         n = to_bytes(quantity)
-    except ConfigurationError as error:  # its words on what is missing, and what would do
-        detail = error.accepted.rpartition(" (")[2].rstrip(")") if error.accepted.endswith(
-            ")") else ""
-        raise reject(accepted + (f" ({detail})" if detail else ""), error.fix) from None
-    except (ValueError, OverflowError, TypeError):
-        raise reject(accepted) from None
+    except (ConfigurationError, ValueError, OverflowError, TypeError) as error:
+        said = re.search(r" \([^()]*\)$", getattr(error, "accepted", ""))  # what is missing
+        raise reject(accepted + (said[0] if said else ""), getattr(error, "fix", None)) from None
     if n <= 0:
         raise reject(accepted + ", larger than zero")
     return n
@@ -571,13 +568,8 @@ def configuration_error(error: ValidationError, *, prefix: str = "",
     if kind == "extra_forbidden":
         if not fields:
             return ConfigurationError(name, value, "no option here: this takes none")
-        import difflib
-
-        given = str(loc[-1]) if loc else ""
-        close = difflib.get_close_matches(given, list(fields), n=1, cutoff=0.6)
         return ConfigurationError(name, value, f"a known option, one of {', '.join(fields)}",
-                                  f"Did you mean {close[0]}?" if close else
-                                  "Check the spelling of the option.")
+                                  did_you_mean(str(loc[-1]) if loc else "", fields))
     if kind == "value_error":
         return ConfigurationError(name, value, str(context.get("error", first["msg"])))
     template = _ACCEPTED.get(kind)

@@ -113,7 +113,7 @@ def test_a_misspelt_pool_option_gets_a_did_you_mean() -> None:
 def test_a_wrong_gateway_address_is_one_clear_error() -> None:
     from hybrid import HTCGateway
     from hybrid.errors import ConfigurationError, GatewayUnreachable
-    from hybrid.gateway_server.dev import free_port
+    from tests.admin.conftest import free_port
 
     with pytest.raises(ConfigurationError, match="http"):
         HTCGateway(address="127.0.0.1:8000")  # no scheme: aiohttp refused it at first use
