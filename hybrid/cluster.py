@@ -8,7 +8,6 @@ with client certificates unless plain TCP is asked for (:mod:`hybrid.security`).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import uuid
@@ -20,7 +19,7 @@ from distributed.core import Status, rpc
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
-from hybrid import config
+from hybrid import config, lifecycle
 from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
 from hybrid.dashboard import publish_pools
@@ -46,8 +45,6 @@ from hybrid.widgets import ClusterViews
 from hybrid.worker import Connection, TLSFiles
 
 logger = logging.getLogger("hybrid")
-
-_open_clusters: weakref.WeakSet[HybridCluster] = weakref.WeakSet()
 
 
 class HybridCluster(ClusterViews, Cluster):
@@ -162,7 +159,11 @@ class HybridCluster(ClusterViews, Cluster):
             for root in ("distributed", "bokeh"):
                 self._quiet_logs.enter_context(silence_logging_cmgr(silence_logs, root=root))
         super().__init__(asynchronous=asynchronous, loop=loop, quiet=quiet, name=name)
-        _open_clusters.add(self)
+        self._close_note = ""
+        # how it ends, whatever ends the process (hybrid.lifecycle)
+        self._ending = lifecycle.register(f"cluster {name}",
+                                          self._close if asynchronous else self.close,
+                                          asynchronous=asynchronous)
         if not asynchronous:
             self._loop_runner.start()
             try:
@@ -197,12 +198,45 @@ class HybridCluster(ClusterViews, Cluster):
                                    fraction=self.gpu_fraction)
         publish_pools(self.manager)  # the dashboard's Pools page
         self.manager.start()
+        if self._async_caller:  # (self.asynchronous is true on the loop's own thread too)
+            await self._ending.guard()
+
+    def sync(self, func: Any, *args: Any, asynchronous: bool | None = None,
+             callback_timeout: Any = None, **kwargs: Any) -> Any:
+        """As ``distributed``'s, but an interrupted wait (Ctrl-C, SIGTERM) cancels the call
+        on the loop too (:func:`hybrid.lifecycle.sync`): nothing runs on behind the caller."""
+        if (self.asynchronous if asynchronous is None else asynchronous) or (
+                self.called_from_running_loop):
+            return super().sync(func, *args, asynchronous=asynchronous,
+                                callback_timeout=callback_timeout, **kwargs)
+        from dask.utils import parse_timedelta
+
+        return lifecycle.sync(self.loop, func, *args,
+                              callback_timeout=parse_timedelta(callback_timeout), **kwargs)
+
+    def _check_open(self) -> None:
+        """Refuse any call once the cluster is closing or closed (one clear error)."""
+        if self.status in (Status.closing, Status.closed):
+            raise lifecycle.closed_error(
+                f"cluster {self.name}",
+                "its jobs were removed and its scheduler stopped (or it was detached); "
+                "start a new HybridCluster")
+
+    def _dashboard_on_host(self, address: str) -> str:
+        """The dashboard's address: on the scheduler's ``host`` when one was asked for and
+        the dashboard address names only a port (``":0"``): listen only where asked."""
+        if not self._host or not address.startswith(":"):
+            return address
+        from distributed.comm.addressing import unparse_host_port
+
+        return unparse_host_port(self._host, int(address[1:] or 0))
 
     async def _start_scheduler(self) -> str:
         """Start this cluster's scheduler (its credentials stored first, for the dashboard
         and the user's other processes); its address."""
         tls = bool(self.security.require_encryption and self.security.tls_ca_file)
         listen, show = dashboard_listen(self._dashboard_address)
+        listen = self._dashboard_on_host(listen)
         credentials = None
         if tls:
             credentials = self._credentials = store_credentials(self.name, self.security)
@@ -277,6 +311,7 @@ class HybridCluster(ClusterViews, Cluster):
     def get_client(self, set_as_default: bool = False) -> HybridClient:
         """A :class:`~hybrid.annotator.HybridClient` connected to this cluster (closed with
         the cluster, so it does not try to reconnect to a scheduler that is gone)."""
+        self._check_open()
         client = HybridClient(self, annotate_resources=self.annotate_resources,
                               gpu_fraction=self.gpu_fraction, set_as_default=set_as_default,
                               asynchronous=self.asynchronous, security=self.security)
@@ -284,19 +319,28 @@ class HybridCluster(ClusterViews, Cluster):
         return client
 
     async def _close(self) -> None:
-        """Stop adapting, remove every job of every pool (confirmed), stop the scheduler."""
+        """Stop adapting; stop its own scheduler, which lets its workers go (so no
+        "lose computed tasks" warning ends a run that went well); remove every job of every
+        pool (confirmed)."""
         if self.status == Status.closed:
             return
         problem: BaseException | None = None
         try:
             if self.manager is not None:
-                await self.manager.close()
-        except HybridError as error:
-            problem = error
-        finally:
+                await self.manager.stop()  # no adaptive step or refill from here on
             for client in list(self._clients):
                 with contextlib.suppress(Exception):
                     await client._close(fast=True)
+            if self.scheduler is not None:
+                scheduler, self.scheduler = self.scheduler, None
+                await scheduler.close()
+            if self.manager is not None:
+                removed = await self.manager.close()
+                if removed:
+                    self._close_note = f"closed, {removed} job(s) removed"
+        except HybridError as error:
+            problem = error
+        finally:
             await super()._close()
             if self.scheduler is not None:
                 scheduler, self.scheduler = self.scheduler, None
@@ -304,26 +348,36 @@ class HybridCluster(ClusterViews, Cluster):
             if self._credentials is not None:
                 credentials, self._credentials = self._credentials, None
                 remove_credentials(credentials)
-            _open_clusters.discard(self)
             self._quiet_logs.close()
+            if self._async_caller:  # a synchronous close() reports from the caller's thread
+                self._ending.finished(problem, self._close_note)
         if problem is not None:
             raise problem
 
     def close(self, timeout: float | None = None) -> Any:
         """Remove every job of every pool (checked with the batch systems), stop the
         scheduler. Leftovers raise :class:`~hybrid.errors.CleanupFailed` naming them."""
-        try:
+        if self.asynchronous:
             return super().close(timeout)
-        finally:
-            if not self.asynchronous and self.status == Status.closed:
-                self._loop_runner.stop()
+        problem: BaseException | None = None
+        with self._ending.closing():  # a Ctrl-C while it closes does not cut it short
+            try:
+                return super().close(timeout)
+            except BaseException as error:
+                problem = error
+                raise
+            finally:
+                if self.status == Status.closed:
+                    self._ending.finished(problem, self._close_note)
+                    self._loop_runner.stop()
 
     async def _detach(self) -> None:
         if self.manager is not None:
             await self.manager.stop()
             self.manager.shutdown_executor()
         await super()._close()
-        _open_clusters.discard(self)
+        if self._async_caller:
+            self._ending.finished(None, "detached (its jobs run on)")
 
     def detach(self) -> Any:
         """Disconnect and leave the jobs running (another process may ``connect`` to them).
@@ -335,6 +389,7 @@ class HybridCluster(ClusterViews, Cluster):
             raise HybridError("this cluster runs its own scheduler: close() it instead")
         result = self.sync(self._detach)
         if not self.asynchronous:
+            self._ending.finished(None, "detached (its jobs run on)")
             self._loop_runner.stop()
         return result
 
@@ -351,6 +406,7 @@ class HybridCluster(ClusterViews, Cluster):
 
     # ------------------------------------------------------------------ pools
     def _manager(self) -> PoolManager:
+        self._check_open()
         if self.manager is None:
             raise HybridError(f"cluster {self.name} is {self.status.name}: start it first")
         return self.manager
@@ -363,6 +419,7 @@ class HybridCluster(ClusterViews, Cluster):
     def add_pool(self, name: str, system: str | BatchSystem = "local", resources: Any = None,
                  **options: Any) -> ManagedPool:
         """Add a named pool and return it (nothing is submitted until :meth:`scale`)."""
+        self._check_open()
         spec = PoolSpec.build(name, system, resources, **options)
         return self.add_spec(spec, system if isinstance(system, BatchSystem) else None)
 
@@ -388,6 +445,7 @@ class HybridCluster(ClusterViews, Cluster):
 
         ``wait=True`` then waits for the jobs' workers (at most ``timeout``), showing
         progress per pool as :meth:`wait_for_workers` does."""
+        self._check_open()
         if n is None:
             n = kwargs.pop("jobs", None)
         if kwargs:
@@ -410,6 +468,7 @@ class HybridCluster(ClusterViews, Cluster):
         to scale it with."""
         from hybrid.adaptive import adaptive_class
 
+        self._check_open()
         if kwargs:
             raise ConfigurationError("adapt", sorted(kwargs),
                                      "adapt(pool=None, minimum=0, maximum=10, interval='2s', "
@@ -438,6 +497,7 @@ class HybridCluster(ClusterViews, Cluster):
         reasons when jobs are held or keep failing, or when ``timeout`` passes. ``progress``
         shows a bar (default: when stderr is a terminal).
         """
+        self._check_open()
         n_workers = validate_value(count(1, None, "a whole number of workers >= 1"), n_workers,
                                    "wait_for_workers.n_workers")
         if timeout is not None:
@@ -477,14 +537,3 @@ HybridCluster.add_pool.__doc__ = (
     ">>> cluster.add_pool('cpu', 'slurm', cores=4, memory='8 GiB', walltime='02:00',"
     "\n...                   job_script_prologue=['module load gcc'])  # doctest: +SKIP\n"
 )
-
-
-@atexit.register
-def _close_forgotten_clusters() -> None:
-    """At exit, close clusters nobody closed: their jobs would otherwise wait for a lease."""
-    for cluster in list(_open_clusters):
-        if cluster.status in (Status.running, Status.starting) and not cluster.asynchronous:
-            try:
-                cluster.close(timeout=30)
-            except Exception as error:  # nothing else can report it now
-                logger.warning("closing %s at exit failed: %s", cluster.name, error)

@@ -115,6 +115,7 @@ def setting_types() -> dict[str, Any]:
         "annotator.feed-priority": count(0, None, "a whole number >= 0 (0 turns feeding the "
                                          "GPU first off)"),
         "logging.verbose": StrictBool,
+        "lifecycle.sigterm": StrictBool,
         "worker.nanny": StrictBool | None,
         "worker.check-paths": StrictBool,
         "batch.poll-interval": checked(_duration),

@@ -47,8 +47,24 @@ class PoolFailed(WorkersDidNotArrive):
     """A pool gave up: its submissions or its jobs kept failing. The message says why."""
 
 
+class GatewayUnreachable(HybridError, ConnectionError):
+    """The dask-gateway server cannot be reached at the address given: nothing was done."""
+
+
+class ClusterClosed(HybridError, RuntimeError):
+    """A call on a cluster that is closed: nothing was done. The message says what to do."""
+
+
 class CleanupFailed(HybridError):
     """Closing left work behind; the message names the jobs and the command that removes them."""
+
+
+def did_you_mean(given: str, known: Any) -> str:
+    """The fix for a misspelt name: the closest of ``known``, else check the spelling."""
+    import difflib
+
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.6)
+    return f"Did you mean {close[0]}?" if close else "Check the spelling of the option."
 
 
 def attach_note(error: BaseException, note: str) -> BaseException:

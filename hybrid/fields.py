@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, BeforeValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, did_you_mean
 
 __all__ = [
     "AbsolutePath",
@@ -345,8 +345,9 @@ def _memory(value: Any) -> Any:
     try:
         quantity = parse_memory(value, "memory")
         n = to_bytes(quantity)
-    except (ConfigurationError, ValueError, OverflowError, TypeError):
-        raise reject(accepted) from None
+    except (ConfigurationError, ValueError, OverflowError, TypeError) as error:
+        said = re.search(r" \([^()]*\)$", getattr(error, "accepted", ""))  # what is missing
+        raise reject(accepted + (said[0] if said else ""), getattr(error, "fix", None)) from None
     if n <= 0:
         raise reject(accepted + ", larger than zero")
     return n
@@ -568,7 +569,7 @@ def configuration_error(error: ValidationError, *, prefix: str = "",
         if not fields:
             return ConfigurationError(name, value, "no option here: this takes none")
         return ConfigurationError(name, value, f"a known option, one of {', '.join(fields)}",
-                                  "Check the spelling of the option.")
+                                  did_you_mean(str(loc[-1]) if loc else "", fields))
     if kind == "value_error":
         return ConfigurationError(name, value, str(context.get("error", first["msg"])))
     template = _ACCEPTED.get(kind)

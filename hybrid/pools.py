@@ -45,6 +45,7 @@ from hybrid.fields import (
     absolute_path,
     count,
     one_line,
+    port_range_bounds,
     reject,
     strings,
     validate,
@@ -259,6 +260,16 @@ class PoolSpec(BaseModel):
             if getattr(self, key) and self.container_image is None:
                 raise _field_error(key, list(getattr(self, key)),
                                    f"{key} only together with container_image")
+        if self.uses_nanny and self.worker_port and self.nanny_port:
+            workers, nannies = (port_range_bounds(r) for r in (self.worker_port,
+                                                                self.nanny_port))
+            if workers[0] <= nannies[1] and nannies[0] <= workers[1]:
+                raise _field_error(
+                    "nanny_port", self.nanny_port,
+                    f"a port range that does not overlap worker_port ({self.worker_port}): "
+                    "a worker and its nanny each need a port of their own",
+                    "Give the nannies ports beside the workers', e.g. "
+                    f"nanny_port='{workers[1] + 1}:{workers[1] + 1 + nannies[1] - nannies[0]}'.")
         system_class(self.system).check_spec(self)
         return self
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, ToolMissing
 
-__all__ = ["SYSTEMS", "register", "system_choices", "system_class"]
+__all__ = ["EXTRAS", "SYSTEMS", "register", "system_choices", "system_class"]
 
 #: Batch system name -> ``"module:Class"``.
 SYSTEMS: dict[str, str] = {
@@ -26,6 +26,10 @@ SYSTEMS: dict[str, str] = {
     "local": "hybrid.batch.local:LocalProcesses",
     "kubernetes": "hybrid.kubernetes.pods:KubernetesPods",
 }
+
+
+#: The optional extra a system's module needs: ``pip install 'hybrid[<extra>]'``.
+EXTRAS: dict[str, str] = {"htcondor": "htcondor", "kubernetes": "kubernetes"}
 
 
 def register(name: str, where: str) -> None:
@@ -48,4 +52,14 @@ def system_class(name: Any, field: str = "system") -> type:
     if key not in SYSTEMS:
         raise ConfigurationError(field, name, system_choices())
     module, cls = SYSTEMS[key].split(":")
-    return getattr(importlib.import_module(module), cls)
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if not missing or missing == "hybrid":
+            raise
+        extra = EXTRAS.get(key)
+        raise ToolMissing(
+            f"the {key} system needs the Python package {missing!r}, which is not installed "
+            "here: " + (f"pip install 'hybrid[{extra}]'" if extra else f"pip install {missing}")
+        ) from None

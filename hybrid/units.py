@@ -63,14 +63,34 @@ def parse_memory(value: Any, field: str) -> pint.Quantity:
     accepted = 'a quantity with a unit of information, e.g. 8 * unit.gigabytes or "8 GiB"'
     if isinstance(value, bool) or isinstance(value, (int, float)):
         raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
-    quantity = _as_own_quantity(value, field, accepted)
+    if isinstance(value, str) and not _NUMBER_FIRST.match(value):
+        raise ConfigurationError(field, value, accepted + " (a number, then its unit)")
+    try:
+        quantity = _as_own_quantity(value, field, accepted)
+    except ConfigurationError:
+        raise ConfigurationError(field, value, accepted, _memory_hint(value)) from None
     if quantity.dimensionality != unit.byte.dimensionality:
-        raise ConfigurationError(field, value, accepted)
+        raise ConfigurationError(field, value, accepted, _memory_hint(value))
     if quantity.magnitude < 0:
         raise ConfigurationError(field, value, accepted + " that is not negative")
     if quantity.to(unit.byte).magnitude > MAX_BYTES:
         raise ConfigurationError(field, value, accepted + " of at most 1 PiB")
     return quantity
+
+
+_NUMBER_FIRST = re.compile(r"^\s*[+-]?(\d|\.\d)")
+_SHORT_MEMORY = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))\s*([kKmMgGtTpP])(i?)[bB]?\s*$")
+
+
+def _memory_hint(value: Any) -> str | None:
+    """What was likely meant by a memory such as ``"4G"`` (gauss to pint) or ``"4g"``."""
+    match = _SHORT_MEMORY.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    number, prefix = match[1], match[2].upper()
+    prefix = "k" if prefix == "K" and not match[3] else prefix
+    return (f'Did you mean "{number} {prefix.upper()}iB" (binary, as batch systems count) or '
+            f'"{number} {prefix}B"?')
 
 
 def to_bytes(quantity: pint.Quantity) -> int:

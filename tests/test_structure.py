@@ -23,6 +23,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "hybrid.scheduler_probe")),
     ("fields", ("hybrid.fields",)),
     ("config", ("hybrid.config", "hybrid")),
+    ("lifecycle", ("hybrid.lifecycle",)),
     ("routing and templates", ("hybrid.routing", "hybrid.templates", "hybrid.gpusharing")),
     ("the model", ("hybrid.resources", "hybrid.pools")),
     ("the worker command", ("hybrid.worker",)),

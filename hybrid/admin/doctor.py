@@ -25,7 +25,7 @@ from distributed.comm.addressing import parse_address, parse_host_port
 
 from hybrid import config
 from hybrid.checks import CheckResult, Status, fail, ok, warn
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, ToolMissing
 from hybrid.fields import Name, PortRange, count, port_range_bounds, validate_value
 from hybrid.gateway import scheduler_sni
 
@@ -307,7 +307,13 @@ def check_batch_system(system: str, timeout: float = 20.0) -> CheckResult:
 
     if str(system).lower() not in SYSTEMS:
         raise ConfigurationError("--system", system, ", ".join(sorted(SYSTEMS)))
-    return get_system(str(system).lower()).check(timeout)
+    try:
+        found = get_system(str(system).lower())
+    except ToolMissing as error:  # its optional extra is not installed: one failed check
+        message, _, fix = str(error).partition(": pip install ")
+        return fail(f"batch system {str(system).lower()}", message,
+                    f"pip install {fix}" if fix else "Install the system's Python package.")
+    return found.check(timeout)
 
 
 # --------------------------------------------------------------------------- local node

@@ -109,7 +109,15 @@ def check_ranges(
                 "or more, or run fewer workers per node.",
         )
     if contact_address is not None:
-        validate_value(Address, contact_address, "hybrid.worker.contact-address")
+        accepted = "an address with a port (1-65535), like tls://203.0.113.5:10000"
+        try:
+            validate_value(Address, contact_address, "hybrid.worker.contact-address")
+            host, port = get_address_host_port(str(contact_address))
+            has_port = bool(host) and 0 < int(port) <= 65535
+        except (ConfigurationError, ValueError, TypeError):
+            has_port = False
+        if not has_port:
+            raise ConfigurationError("hybrid.worker.contact-address", contact_address, accepted)
         if workers_per_node > 1:
             raise ConfigurationError(
                 "hybrid.worker.contact-address", contact_address,

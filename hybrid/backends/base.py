@@ -8,6 +8,7 @@ from typing import Any
 
 from distributed import Future
 
+from hybrid import lifecycle
 from hybrid.annotator import HybridClient
 from hybrid.annotator import gpu_fraction as validated_gpu_fraction
 from hybrid.errors import HybridError, cleanup_after
@@ -32,6 +33,7 @@ class BaseDaskBackend(abc.ABC):
         self.gpu_fraction = gpu_fraction
         self._client: HybridClient | None = None
         self._cluster: Any = None
+        self._ending: lifecycle.Ending | None = None
 
     @abc.abstractmethod
     def _start_cluster(self) -> Any:
@@ -43,6 +45,9 @@ class BaseDaskBackend(abc.ABC):
             return
         try:
             self._cluster = self._start_cluster()
+            # how it ends, whatever ends the process (hybrid.lifecycle): registered after its
+            # cluster, so that it ends first (its client before the scheduler goes)
+            self._ending = lifecycle.register(type(self).__name__, self.stop)
             self._client = HybridClient(
                 self._cluster,
                 annotate_resources=self.annotate_resources,
@@ -55,6 +60,20 @@ class BaseDaskBackend(abc.ABC):
 
     def stop(self) -> None:
         """Close the client and the cluster; safe to call more than once."""
+        ending, self._ending = self._ending, None
+        problem: BaseException | None = None
+        # a Ctrl-C while it closes does not cut it short
+        with ending.closing() if ending else lifecycle.closing():
+            try:
+                self._stop()
+            except BaseException as error:
+                problem = error
+                raise
+            finally:
+                if ending is not None:
+                    ending.finished(problem)
+
+    def _stop(self) -> None:
         client, self._client = self._client, None
         cluster, self._cluster = self._cluster, None
         if client is not None:

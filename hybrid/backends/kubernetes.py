@@ -356,7 +356,7 @@ class DaskKubernetesBackend(BaseDaskKubernetesBackend):
         for problem in problems:
             attach_note(error, f"while cleaning up after this error: {problem}")
 
-    def stop(self) -> None:
+    def _stop(self) -> None:
         """Close the client and the cluster: every pod removed, the cluster's Secret
         deleted. Safe to call more than once."""
         client, self._client = self._client, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -66,6 +67,8 @@ def _option_name(field: str) -> tuple[str, bool]:
 
 def _help(field: str) -> str:
     text = PoolSpec.model_fields[field].description or ""
+    # what only Python can pass (4 * unit.GiB, a time quantity) is no option of a command
+    text = re.sub(r" or ``[^`]*\bunit\.[^`]*``", "", text).replace(" or a time quantity", "")
     return text.replace("``", "").replace(":meth:", "")
 
 
@@ -123,12 +126,12 @@ def _job_options(function: Callable) -> Callable:
                      help="Pool name within the cluster."),
         click.option("--count", default=1, show_default=True, type=click.IntRange(1, 100_000),
                      help="Workers (jobs) in the one submit transaction."),
-        click.option("--tls-ca", default=None, type=click.Path(dir_okay=False),
+        click.option("--tls-ca", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="CA certificate file for a tls:// scheduler (default: the stored "
                           "files of the cluster of yours at that address)."),
-        click.option("--tls-cert", default=None, type=click.Path(dir_okay=False),
+        click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="Worker certificate file."),
-        click.option("--tls-key", default=None, type=click.Path(dir_okay=False),
+        click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="Worker key file (staged 0600 for the job)."),
         click.option("--sni", default=None,
                      help="TLS SNI, e.g. daskgateway-NAME (forces --no-nanny)."),

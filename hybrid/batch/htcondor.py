@@ -132,7 +132,7 @@ def check_htcondor(timeout: float = 20.0) -> Any:
     probe = _htcondor_probe("config", timeout)
     if "import_error" in probe:
         return fail(name, f"the HTCondor bindings are missing: {probe['import_error']}",
-                     "pip install htcondor (the module is htcondor2).")
+                     "pip install 'hybrid[htcondor]' (the htcondor package, module htcondor2).")
     if "timeout" in probe or "query_error" in probe:
         return fail(name, f"the HTCondor bindings cannot read their configuration: "
                            f"{probe.get('query_error', 'timed out')}",
@@ -244,9 +244,14 @@ class HTCondor(BatchSystem):
                              "and that `condor_q` works on this node") from None
 
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
-        """The shared variables plus the vacate time."""
+        """The shared variables plus the vacate time and, for a pool with a wall time, the
+        seconds a job may run (HTCondor has no wall time of its own: ``periodic_remove``)."""
+        from hybrid.units import walltime_seconds
+
         return {**super().context(job, staging, count),
-                "vacate_seconds": self.settings.job_max_vacate_time}
+                "vacate_seconds": self.settings.job_max_vacate_time,
+                "run_seconds": walltime_seconds(job.spec.walltime) if job.spec.walltime
+                else None}
 
     def render_wrapper(self, job: WorkerJob, staging: Path) -> str:
         """The executable each job runs (shell), shipped through the schedd."""

@@ -73,6 +73,29 @@ class LocalProcesses(BatchSystem):
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
+    def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
+        """The shared template variables; the workers listen where their scheduler does
+        when that is an address of this machine (``HybridCluster(host="127.0.0.1")``: on
+        127.0.0.1 only, not on every interface)."""
+        import dataclasses
+
+        from distributed.comm.addressing import unparse_host_port
+
+        context = super().context(job, staging, count)
+        worker = context["worker"]
+        host = listen_host(job.connection.scheduler_address)
+        given = {arg.split("=", 1)[0] for arg in worker.arguments}
+        added: list[str] = []
+        if host is not None and not job.spec.contact_address and not given & {
+                "--host", "--listen-address"}:
+            added += ["--host", host]
+        if host is not None and "--dashboard-address" not in given:  # its HTTP server too
+            added += ["--dashboard-address", unparse_host_port(host, 0)]
+        if added:
+            context["worker"] = dataclasses.replace(
+                worker, arguments=(*worker.arguments, *added))
+        return context
+
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Start ``count`` worker processes from one rendered script."""
         script = write_private(staging / "worker.sh", self.render(job, staging, count), 0o700)
@@ -186,6 +209,30 @@ class LocalProcesses(BatchSystem):
         if proc is not None:
             return proc.poll() is None
         return record.get("start") is not None and _start_time(record["pid"]) == record["start"]
+
+
+def listen_host(address: str) -> str | None:
+    """The IP of a scheduler ``address`` when this machine can listen on it (a loopback
+    address, or one of its own); ``None`` otherwise (a name, a proxy elsewhere)."""
+    import ipaddress
+    import socket
+
+    from distributed.comm.addressing import get_address_host
+
+    try:
+        host = get_address_host(address)
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return None
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+    except OSError:
+        return None
+    return host
 
 
 def _signal_group(pid: int, sig: int) -> None:

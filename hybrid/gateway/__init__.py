@@ -1,10 +1,10 @@
 """The analyst's side of hybrid and dask-gateway: :class:`~hybrid.gateway.client.HTCGateway`.
 
 Kept light on purpose: importing :mod:`hybrid.gateway` imports no ``dask_gateway``; the
-client lives in :mod:`hybrid.gateway.client`, what its options mean in
-:mod:`hybrid.gateway.options`. What runs in the gateway server and its
-schedulers is :mod:`hybrid.gateway_server` (for admins); both share only the SNI rule
-(:func:`scheduler_sni`).
+gateway client lives in :mod:`hybrid.gateway.gateway`, its clusters in
+:mod:`hybrid.gateway.client`, what their options mean in :mod:`hybrid.gateway.options`.
+What runs in the gateway server and its schedulers is :mod:`hybrid.gateway_server` (for
+admins); both share only the SNI rule (:func:`scheduler_sni`).
 """
 
 from __future__ import annotations

@@ -22,24 +22,27 @@ offers (see docs/gateway.md for the table).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from dask_gateway import Gateway, GatewayCluster
-from dask_gateway.client import ClusterReport
+from dask_gateway import GatewayCluster
 
-from hybrid import config
+from hybrid import config, lifecycle
 from hybrid.errors import (
     CleanupFailed,
     ConfigurationError,
     HybridError,
     cleanup_after,
 )
+from hybrid.gateway.gateway import HTCClusterReport, HTCGateway
 from hybrid.gateway.options import (
     CLIENT_KEYWORDS,
+    HEARTBEAT_KEY,
+    HEARTBEAT_SECONDS,
     LIMITS_KEY,
     METADATA_FORMAT,
     METADATA_KEY,
@@ -50,133 +53,10 @@ from hybrid.gateway.options import (
     job_environment,
     pool_specs,
     scheduler_sni,
-    worker_address,
 )
 from hybrid.widgets import ClusterViews
 
 logger = logging.getLogger("hybrid")
-
-
-class HTCClusterReport(ClusterReport):
-    """A :class:`dask_gateway.ClusterReport` that connects with :class:`HTCGateway`."""
-
-    __slots__ = ("_gateway",)
-
-    @classmethod
-    def from_report(cls, report: ClusterReport, gateway: HTCGateway) -> HTCClusterReport:
-        """Wrap a report of ``gateway``."""
-        out = cls(name=report.name, options=report.options, status=report.status,
-                  scheduler_address=report.scheduler_address,
-                  dashboard_link=report.dashboard_link, start_time=report.start_time,
-                  stop_time=report.stop_time, tls_cert=report.tls_cert, tls_key=report.tls_key)
-        out._gateway = gateway
-        return out
-
-    def connect(self, shutdown_on_close: bool = False) -> HTCGatewayCluster:
-        """``gateway.connect(report.name)``: an :class:`HTCGatewayCluster`."""
-        return self._gateway.connect(self.name, shutdown_on_close=shutdown_on_close)
-
-
-class HTCGateway(Gateway):
-    """``dask_gateway.Gateway``, whose clusters may get batch workers.
-
-    Same constructor as :class:`dask_gateway.Gateway`, plus ``worker_proxy_address``: the
-    gateway's TCP proxy as batch nodes reach it (default
-    ``hybrid.gateway.worker-proxy-address``, else the host and port of ``proxy_address``).
-    """
-
-    def __init__(self, address: str | None = None, proxy_address: str | int | None = None,
-                 public_address: str | None = None, auth: Any = None,
-                 asynchronous: bool = False, loop: Any = None, *,
-                 worker_proxy_address: str | None = None):
-        if worker_proxy_address is not None:
-            worker_address(worker_proxy_address, "worker_proxy_address")
-        super().__init__(address=address, proxy_address=proxy_address,
-                         public_address=public_address, auth=auth, asynchronous=asynchronous,
-                         loop=loop)
-        self._worker_proxy_address = worker_proxy_address
-
-    @property
-    def worker_scheduler_address(self) -> str:
-        """What batch workers dial: ``tls://PROXY_HOST:PROXY_PORT``."""
-        return batch_worker_address(self.proxy_address, self._worker_proxy_address)
-
-    def _cluster_kwargs(self) -> dict[str, Any]:
-        return {"address": self.address, "proxy_address": self.proxy_address,
-                "public_address": self._public_address, "auth": self.auth,
-                "asynchronous": self.asynchronous, "loop": self.loop,
-                "worker_proxy_address": self._worker_proxy_address}
-
-    def new_cluster(self, cluster_options: Any = None, shutdown_on_close: bool = True,
-                    **kwargs: Any) -> HTCGatewayCluster:
-        """Submit a new cluster to the gateway and wait for it to start (as the stock client).
-
-        Batch workers: ``pool`` (htcondor, slurm, sge, pbs, lsf, local, kubernetes; default
-        ``hybrid.gateway.pool``) with ``worker_cores``, ``worker_memory`` (GiB as a number, or
-        ``"4 GiB"``), ``worker_gpus``, ``worker_walltime``, ``env`` and one environment
-        (``container_image``, ``pixi_project`` + ``pixi_env``, ``conda_env``), or
-        ``pools={name: {system: ..., <add_pool options>}}``; ``annotate_resources`` and
-        ``gpu_fraction`` set the clients' GPU/CPU routing. Every other keyword, and each of
-        these that the gateway offers as a cluster option, goes to the gateway. Nothing is
-        submitted until :meth:`HTCGatewayCluster.scale` or ``adapt``.
-        """
-        return HTCGatewayCluster(cluster_options=cluster_options,
-                                 shutdown_on_close=shutdown_on_close,
-                                 **self._cluster_kwargs(), **kwargs)
-
-    def connect(self, cluster_name: str, shutdown_on_close: bool = False
-                ) -> HTCGatewayCluster:
-        """Connect to a running cluster (this process's or another's); its batch pools and
-        their jobs are found again (pools from the scheduler, jobs by their tag)."""
-        return HTCGatewayCluster.from_name(cluster_name, shutdown_on_close=shutdown_on_close,
-                                           **self._cluster_kwargs())
-
-    async def _reports(self, reports: Any) -> Any:
-        found = await reports
-        if isinstance(found, list):
-            return [HTCClusterReport.from_report(r, self) for r in found]
-        return HTCClusterReport.from_report(found, self)
-
-    def list_clusters(self, status: Any = None, **kwargs: Any) -> Any:
-        """This user's clusters; ``report.connect()`` gives an :class:`HTCGatewayCluster`."""
-        found = super().list_clusters(status=status, **kwargs)
-        if self.asynchronous:
-            return self._reports(found)
-        return [HTCClusterReport.from_report(report, self) for report in found]
-
-    def get_cluster(self, cluster_name: str, **kwargs: Any) -> Any:
-        """One cluster's report (connectable with ``report.connect()``)."""
-        found = super().get_cluster(cluster_name, **kwargs)
-        if self.asynchronous:
-            return self._reports(found)
-        return HTCClusterReport.from_report(found, self)
-
-    def close(self) -> Any:
-        """Close the client (its clusters keep running unless they were shut down)."""
-        self._closed = True
-        return super().close()
-
-    def __del__(self) -> None:
-        # Collected on its own event loop's thread (as a failed cluster's client can be),
-        # the stock __del__ would wait for that loop: it would never return.
-        if getattr(self, "_closed", False) or not hasattr(self, "_loop_runner"):
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        try:
-            own = self.loop.asyncio_loop
-        except RuntimeError:  # its loop runner already stopped: nothing left to wait for
-            return
-        if running is not None and running is own:
-            if self._session is not None:
-                running.create_task(self._session.close())
-            return
-        super().__del__()
-
-    def __repr__(self) -> str:
-        return f"HTCGateway<{self.address}>"
 
 
 class HTCGatewayCluster(ClusterViews, GatewayCluster):
@@ -188,6 +68,11 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
     _settings: dict[str, Any] | None = None
     _submitted: set[str] = set()
     _job_env: dict[str, str] = {}
+    _ending: Any = None  # its registration with hybrid.lifecycle
+    _shut_down = False
+    _close_note = ""
+    _stopping: asyncio.Future | None = None
+    _beating: asyncio.Task | None = None
 
     def __init__(self, address: str | None = None, proxy_address: Any = None,
                  public_address: str | None = None, auth: Any = None,
@@ -253,8 +138,28 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         self.security = None
         if name is not None:
             self.status = "starting"
+        # how it ends, whatever ends the process (hybrid.lifecycle)
+        self._ending = lifecycle.register(
+            self._label(), self._stop_internal if self.asynchronous else self.close,
+            asynchronous=self.asynchronous)
         if not self.asynchronous:
-            self.gateway.sync(self._start_internal)
+            try:
+                self.gateway.sync(self._start_internal)
+            except BaseException as error:  # a cluster it submitted is stopped, then it raises
+                cleanup_after(error, self.close, "stopping the cluster")
+                raise
+
+    def _label(self) -> str:
+        return f"gateway cluster {self.name}" if self.name else "a new gateway cluster"
+
+    def _check_open(self) -> None:
+        """Refuse any call once this cluster object is closing or closed (one clear error)."""
+        if self.status in ("closing", "closed"):
+            raise lifecycle.closed_error(
+                self._label(),
+                "it was shut down; start another with gateway.new_cluster()"
+                if self._shut_down else
+                f"the cluster may run on; gateway.connect({self.name!r}) connects to it again")
 
     @property
     def worker_scheduler_address(self) -> str:
@@ -262,13 +167,39 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         return batch_worker_address(self.gateway.proxy_address, self._worker_proxy_address)
 
     async def _start_async(self) -> None:
+        """``GatewayCluster._start_async`` (dask-gateway 2025.4-2026.3), where a submission
+        that is interrupted still learns its cluster's name, so that the cluster is stopped."""
+        if self.status in ("closing", "closed"):
+            return
         specs: dict[str, Any] = {}
         if self.status == "created":
             specs = await self._split_options()
-        await super()._start_async()
-        if self.status == "running":
-            # a failure here stops a cluster this call created (shutdown_on_close)
-            await self._attach(specs)
+            self.status = "starting"
+            submission = asyncio.ensure_future(self.gateway._submit(
+                cluster_options=self._cluster_options, **self._cluster_kwargs))
+            try:
+                self.name = await asyncio.shield(submission)
+            except asyncio.CancelledError:
+                self.name = await lifecycle.outcome(submission, 10)  # the gateway may have made it
+                raise
+            finally:
+                if self._ending is not None:
+                    self._ending.label = self._label()
+        report = await self.gateway._wait_for_start(self.name)
+        self.scheduler_address = report.scheduler_address
+        self.dashboard_link = report.dashboard_link
+        self.security = report.security
+        await self._init_internals()
+        self.status = "running"
+        # (a task of its own that holds no reference to the cluster: a dropped cluster is
+        # still collected, and its __del__ closes it, as dask-gateway's)
+        self._beating = asyncio.ensure_future(_heartbeat(self.scheduler_comm, self.name))
+        if self._ending is not None:
+            self._ending.label = self._label()
+            if self.asynchronous:
+                await self._ending.guard()
+        # a failure here stops a cluster this call created (shutdown_on_close)
+        await self._attach(specs)
 
     async def _split_options(self) -> dict[str, Any]:
         """Send the gateway what it offers; validate the batch pools. Nothing is created."""
@@ -349,6 +280,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
     # ---------------------------------------------------------------- the batch side
     def _manager(self) -> Any:
+        self._check_open()
         if self._pools is None:
             if self.status != "running":
                 raise HybridError(f"cluster {self.name} is {self.status}: connect again with "
@@ -369,6 +301,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         submitted. It is recorded in the scheduler's metadata for later connects."""
         from hybrid.pools import PoolSpec
 
+        self._check_open()
         secrets = _gateway_secrets(self.gateway.auth)
         options["env"] = job_environment(options.get("env"), secrets)
         spec = PoolSpec.build(name, system, resources, **options)
@@ -405,6 +338,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         (``pool`` names one; only the missing jobs go out, the surplus retires gracefully),
         else the gateway's own workers (exactly ``GatewayCluster.scale``). ``wait=True``
         (batch pools) then waits for their workers, at most ``timeout``, with progress."""
+        self._check_open()
         if self._pools is None and pool is None and not {"wait", "timeout"} & set(kwargs):
             return super().scale(n, **kwargs)
         wait, timeout = kwargs.pop("wait", False), kwargs.pop("timeout", None)
@@ -440,6 +374,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         """Adaptive scaling: a batch pool's jobs between ``minimum`` and ``maximum`` from the
         demand for its resource (GPU or CPU tasks) when the cluster has batch pools, else
         the gateway's own (exactly ``GatewayCluster.adapt``). ``active=False`` stops it."""
+        self._check_open()
         if self._pools is None and pool is None:
             return super().adapt(minimum=minimum, maximum=maximum, active=active, **kwargs)
         return self.gateway.sync(self._adapt, minimum, maximum, active, pool, kwargs)
@@ -477,6 +412,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
         With batch pools, held or failing jobs raise
         :class:`~hybrid.errors.WorkersDidNotArrive` with the batch system's reasons."""
+        self._check_open()
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise ValueError(f"`n_workers` must be a positive integer. Instead got "
                              f"{n_workers}.")
@@ -518,6 +454,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         (:class:`~hybrid.annotator.HybridClient`)."""
         from hybrid.annotator import HybridClient
 
+        self._check_open()
         settings = self._settings or {}
         # the gateway's own workers advertise no GPU/notGPU resource: a stock cluster's
         # tasks go unannotated, or they would wait for workers that never come
@@ -532,21 +469,46 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
     # ---------------------------------------------------------------- closing
     async def _stop_internal(self, shutdown: bool | None = None) -> None:
-        """The batch side first (jobs removed on shutdown, else left running), then stock."""
+        """The batch side first (jobs removed on shutdown, else left running), then stock.
+        Run once: a second caller (an interrupted start's cleanup and ``close()``) waits
+        for the first, and a caller that is cancelled does not cut it short."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop_once(shutdown))
+        await asyncio.shield(self._stopping)
+
+    async def _stop_once(self, shutdown: bool | None) -> None:
         if shutdown is None:
             shutdown = self.shutdown_on_close
+        beating, self._beating = self._beating, None
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+        start = self._start_task
+        if start is not None and not start.done():  # an interrupted start: learn its name
+            start.cancel()
+            with contextlib.suppress(BaseException):
+                await start
         manager, self._pools = self._pools, None
         problem: BaseException | None = None
         if manager is not None:
             if shutdown:
                 try:
-                    await manager.close()
+                    removed = await manager.close()
+                    if removed:
+                        self._close_note = f"{removed} batch job(s) removed"
                 except HybridError as error:
                     problem = error
             else:
                 await manager.stop()
                 manager.shutdown_executor()
+        if shutdown and self.name is not None:
+            self._shut_down = True
+            self._close_note = "shut down" + (f", {self._close_note}" if self._close_note
+                                               else "")
         await super()._stop_internal(shutdown=shutdown)
+        if self.asynchronous and self._ending is not None:
+            self._ending.finished(problem, self._close_note)
         if problem is not None:
             raise CleanupFailed(f"cluster {self.name} stopped, but {problem}") from problem
 
@@ -555,13 +517,30 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         also removes every batch job (confirmed by the batch systems)."""
         if self.asynchronous:
             return self._stop_internal(shutdown=shutdown)
-        if self.status == "closed":
+        if self.status == "closed" and (self._ending is None or not self._ending.open):
+            return None  # closed before (a second close, or __del__ after close)
+        if self.gateway._on_own_loop():
+            # collected on its own event loop's thread (__del__): waiting there for that
+            # loop would wait forever; the stop runs on the loop instead
+            if self._stopping is None:
+                self._stopping = asyncio.ensure_future(self._stop_once(shutdown))
             return None
-        try:
-            if self.loop.asyncio_loop.is_running():
-                self.gateway.sync(self._stop_internal, shutdown=shutdown)
-        finally:
-            self.gateway.close()
+        problem: BaseException | None = None
+        # a Ctrl-C while it closes does not cut it short
+        with self._ending.closing() if self._ending else lifecycle.closing():
+            try:
+                if self.status != "closed" and self.loop.asyncio_loop.is_running():
+                    self.gateway.sync(self._stop_internal, shutdown=shutdown)
+            except BaseException as error:
+                problem = error
+                raise
+            finally:
+                self.status = "closed"
+                try:
+                    self.gateway.close()
+                finally:
+                    if self._ending is not None:
+                        self._ending.finished(problem, self._close_note)
         return None
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
@@ -571,6 +550,26 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
     def __repr__(self) -> str:
         pools = f", pools={sorted(self.pools)}" if self._pools is not None else ""
         return f"HTCGatewayCluster<{self.name}, status={self.status}{pools}>"
+
+
+HTCGateway.cluster_class = HTCGatewayCluster
+
+
+async def _heartbeat(scheduler: Any, name: str) -> None:
+    """Beat while a cluster object is open: a gateway whose ``client_timeout`` culls clusters
+    without a client keeps it, and reclaims it once its process is gone (SIGKILL)."""
+    import uuid
+
+    me, beat = uuid.uuid4().hex, 0
+    while True:
+        beat += 1
+        try:
+            await scheduler.set_metadata(keys=[HEARTBEAT_KEY, me], value=beat)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the next beat tries again
+            logger.debug("gateway cluster %s: heartbeat failed: %s", name, error)
+        await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
 __all__ = [

@@ -32,6 +32,11 @@ METADATA_KEY = "hybrid-pools"
 METADATA_FORMAT = 2
 #: Where the gateway's scheduler publishes the admin's limits (hybrid.gateway_server).
 LIMITS_KEY = "hybrid-limits"
+#: Where an open cluster object beats (``{client id: count}``): the server's
+#: ``client_timeout`` counts it as a client (``hybrid.gateway_server.scheduler``).
+HEARTBEAT_KEY = "hybrid-client-heartbeat"
+#: Seconds between two beats.
+HEARTBEAT_SECONDS = 2.0
 
 #: The single-pool keywords of ``new_cluster`` and the pool options they set.
 POOL_KEYWORDS = {"worker_cores": "cores", "worker_memory": "memory", "worker_gpus": "gpus",

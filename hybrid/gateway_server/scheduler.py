@@ -15,7 +15,9 @@ A distributed scheduler preload, named in ``ClusterConfig.scheduler_cmd``::
   line names the limit; the worker's own log says the same), and publishes these limits in
   the scheduler's metadata under :data:`LIMITS_METADATA_KEY` for clients;
 - shuts the cluster down (through the gateway) at ``max_lifetime`` or after
-  ``client_timeout`` without a client (dask-gateway-server has neither setting).
+  ``client_timeout`` without a client (dask-gateway-server has neither setting): a client is
+  a connected ``Client``, or a hybrid cluster object whose heartbeat
+  (``CLIENT_HEARTBEAT_KEY``) moved; a process killed outright stops beating.
 
 dask-gateway has no public hook for the first point, nor distributed for the second; what
 this module relies on, and the tests that pin it, are listed in docs/gateway-server.md
@@ -55,6 +57,9 @@ MAX_LIFETIME_ENV = "HYBRID_GATEWAY_MAX_LIFETIME"
 CLIENT_TIMEOUT_ENV = "HYBRID_GATEWAY_CLIENT_TIMEOUT"
 #: Where clients find the limits: ``client.get_metadata(LIMITS_METADATA_KEY)``.
 LIMITS_METADATA_KEY = "hybrid-limits"
+#: Where hybrid's cluster objects beat: ``{client id: count}``, counted up every few seconds
+#: while an ``HTCGatewayCluster`` is open (it is no ``Client``, yet someone is using it).
+CLIENT_HEARTBEAT_KEY = "hybrid-client-heartbeat"
 #: The name of the plugin in ``scheduler.plugins``.
 PLUGIN_NAME = "hybrid-gateway"
 
@@ -312,6 +317,14 @@ class HybridGatewayPlugin(SchedulerPlugin):
     def _connected_clients(self) -> int:
         return sum(1 for client in self.scheduler.clients if client != _FIRE_AND_FORGET_CLIENT)
 
+    def _client_beats(self) -> dict[str, Any]:
+        """A copy of the heartbeats of hybrid's cluster objects (``{}``: none)."""
+        try:
+            beats = self.scheduler.get_metadata(keys=[CLIENT_HEARTBEAT_KEY], default=None)
+        except Exception:  # a scheduler without metadata: no beat
+            return {}
+        return dict(beats) if isinstance(beats, Mapping) else {}
+
     def lifetime_reason(self, now: float, started: float, last_client_seen: float) -> str | None:
         """Why the cluster must stop at ``now`` (None: it may go on)."""
         if self.max_lifetime and now - started >= self.max_lifetime:
@@ -325,11 +338,13 @@ class HybridGatewayPlugin(SchedulerPlugin):
         period = min(5.0, max(0.2, min(limits) / 4))
         loop = asyncio.get_running_loop()
         started = last_client_seen = loop.time()
+        beats = self._client_beats()
         while True:
             await asyncio.sleep(period)
             now = loop.time()
             self.lifetime_checks += 1
-            if self._connected_clients():
+            previous, beats = beats, self._client_beats()
+            if self._connected_clients() or (beats and beats != previous):
                 last_client_seen = now
             reason = self.lifetime_reason(now, started, last_client_seen)
             if reason is None:

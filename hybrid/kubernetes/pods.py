@@ -103,6 +103,14 @@ class KubernetesPods(BatchSystem):
     settings: KubernetesSettings
 
     def __init__(self, api_client: Any = None, **settings: Any):
+        try:  # one line now, not a traceback at its first call
+            import kubernetes  # noqa: F401
+        except ImportError:
+            from hybrid.errors import ToolMissing
+
+            raise ToolMissing("the kubernetes system needs the Python package 'kubernetes', "
+                              "which is not installed here: pip install 'hybrid[kubernetes]'"
+                              ) from None
         super().__init__(**settings)
         self._api_client = load_api_client(api_client) if api_client is not None else None
         self._core: Any = None

@@ -76,6 +76,8 @@ class PoolManager(WaitingForWorkers, Closing):
         #: Coroutine functions called after each reconcile round (e.g. the dashboard's
         #: publisher); their errors are logged, never raised.
         self.observers: list[Callable[[], Awaitable[None]]] = []
+        #: Reconcile passes so far (each ``hybrid.batch.poll-interval``).
+        self.passes = 0
 
     # ------------------------------------------------------------------ pools
     def add(self, spec: PoolSpec, system: BatchSystem | None = None) -> ManagedPool:
@@ -123,8 +125,9 @@ class PoolManager(WaitingForWorkers, Closing):
                                           functools.partial(function, *args, **kwargs))
 
     # ------------------------------------------------------------------ jobs
-    async def submit(self, pool: ManagedPool, count: int) -> list[str]:
-        """Submit ``count`` workers in one transaction and track them."""
+    async def submit(self, pool: ManagedPool, count: int, report: bool = True) -> list[str]:
+        """Submit ``count`` workers in one transaction and track them (``report``: log a
+        failure; ``False`` where the caller's exception says it)."""
         if count <= 0:
             return []
         if pool.failed:
@@ -145,7 +148,7 @@ class PoolManager(WaitingForWorkers, Closing):
                 # a missing tool stays missing: the pool gives up at once
                 self._failure(pool, f"submitting {count} worker job(s) to "
                                     f"{pool.system.name} failed: {error}",
-                              final=isinstance(error, ToolMissing))
+                              final=isinstance(error, ToolMissing), report=report)
             raise
         pool.submit_calls += 1
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
@@ -206,7 +209,7 @@ class PoolManager(WaitingForWorkers, Closing):
             statuses.update({s.job_id: s for s in await self.call(
                 pool.system.query, job_ids=missing, history=True)})
         now = time.monotonic()
-        stuck_after = parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
+        stuck_after = self.stuck_after()
         for job_id in tracked:
             if job_id not in pool.jobs:
                 continue
@@ -245,15 +248,23 @@ class PoolManager(WaitingForWorkers, Closing):
                 status.reason or "no reason given by the batch system yet", pool.system.name,
                 self.cluster)
 
-    def _failure(self, pool: ManagedPool, why: str, final: bool = False) -> None:
+    def _failure(self, pool: ManagedPool, why: str, final: bool = False,
+                 report: bool = True) -> None:
+        """Count a failure (``final``: the pool gives up at once), and say it once: not where
+        the caller's exception says it (``report=False``), nor while someone waits for the
+        pool's workers (the wait raises with it), nor after the pool gave up (that message
+        said it)."""
         pool.failures += 1
-        logger.warning("pool %s: %s", pool.name, why)
         limit = int(config.get("batch.max-failures", 3))
-        if (final or pool.failures >= limit) and pool.failed is None:
+        gives_up = (final or pool.failures >= limit) and pool.failed is None
+        if report and not gives_up and pool.failed is None and not pool.waiters:
+            logger.warning("pool %s: %s", pool.name, why)
+        if gives_up:
             pool.failed = why if final else (
                 f"{pool.failures} failures in a row (hybrid.batch.max-failures = {limit}); "
                 f"the last: {why}")
-            logger.error("pool %s gives up: %s", pool.name, pool.failed)
+            if report and not pool.waiters:
+                logger.error("pool %s gives up: %s", pool.name, pool.failed)
             # whoever waits for this pool's workers hears it now, not at the next reconcile
             pool.giving_up = asyncio.ensure_future(self._give_up(pool))
 
@@ -322,17 +333,24 @@ class PoolManager(WaitingForWorkers, Closing):
 
     # ------------------------------------------------------------------ scaling
     async def scale(self, pool: ManagedPool, n: int, idle_only: bool = False) -> None:
-        """Set the pool's target to ``n`` jobs: submit the missing, retire the surplus."""
+        """Set the pool's target to ``n`` jobs: submit the missing, retire the surplus.
+
+        A call that fails changes no target (so nothing resubmits behind the caller's back)
+        and is reported once: by its exception."""
         async with pool.scaling:
             await self.refresh(pool)
             active = pool.active()
             if len(active) < n:
                 self.check_limits(pool, n)
-            pool.target = n
-            if len(active) < n:
-                await self.submit(pool, n - len(active))
-            elif len(active) > n:
-                await self.retire(pool, len(active) - n, idle_only=idle_only)
+            previous, pool.target = pool.target, n
+            try:
+                if len(active) < n:
+                    await self.submit(pool, n - len(active), report=False)
+                elif len(active) > n:
+                    await self.retire(pool, len(active) - n, idle_only=idle_only)
+            except BaseException:
+                pool.target = previous
+                raise
 
     def check_limits(self, pool: ManagedPool, jobs: int) -> None:
         """Refuse ``jobs`` jobs of ``pool`` when the cluster would exceed :attr:`limits`."""
@@ -451,6 +469,7 @@ class PoolManager(WaitingForWorkers, Closing):
     async def _reconcile_forever(self, interval: float) -> None:
         while not self._closed:
             await asyncio.sleep(interval)
+            self.passes += 1
             for pool in list(self.pools.values()):
                 if not pool.used and not pool.failed:  # a failed pool fails new tasks too
                     continue
@@ -473,8 +492,19 @@ class PoolManager(WaitingForWorkers, Closing):
     def start(self) -> None:
         """Start reconciling every ``hybrid.batch.poll-interval`` (call on the loop)."""
         if self._reconciler is None:
-            interval = parse_timedelta(config.get("batch.poll-interval", "2s"))
-            self._reconciler = asyncio.ensure_future(self._reconcile_forever(interval))
+            self._reconciler = asyncio.ensure_future(
+                self._reconcile_forever(self.poll_interval()))
+
+    @staticmethod
+    def poll_interval() -> float:
+        """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
+        return parse_timedelta(config.get("batch.poll-interval", "2s"))
+
+    @staticmethod
+    def stuck_after() -> float:
+        """Seconds a job may wait in the queue before it is reported
+        (``hybrid.batch.stuck-timeout``)."""
+        return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
 
     async def stop(self) -> None:
         """Stop reconciling and every pool's adaptivity (the jobs stay)."""

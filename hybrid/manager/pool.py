@@ -20,7 +20,8 @@ from hybrid.batch.jobs import worker_name_suffix
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU
 
-__all__ = ["EXIT_HINTS", "ManagedPool", "PoolStatus", "short_ids", "tail_of"]
+__all__ = ["EXIT_HINTS", "KEPT_LOGS", "ManagedPool", "PoolStatus", "keep_log", "short_ids",
+           "tail_of"]
 
 #: The job states a pool's status counts (the jobs still in the queue).
 _SHOWN = (JobState.pending, JobState.running, JobState.held, JobState.removing)
@@ -112,6 +113,8 @@ class ManagedPool:
         self.adopted = False
         #: A submission failed in a way that may have reached the batch system.
         self.attempted = False
+        #: How many ``wait_for_workers`` wait for this pool now (they report its failures).
+        self.waiters = 0
         #: The task that fails the pool's waiting tasks once it gave up.
         self.giving_up: asyncio.Future | None = None
         self._first_pending: dict[str, float] = {}
@@ -180,12 +183,12 @@ class ManagedPool:
         if code in EXIT_HINTS:
             words += f": {EXIT_HINTS[code]}"
         log = self.system.log_path(self.staging_path(), status.job_id)
-        if log is not None:
-            tail = tail_of(log)
-            if tail:
-                words += f". Its log ({log}) ends with:\n    " + "\n    ".join(tail)
-            else:
-                words += f". Its log: {log}"
+        tail = tail_of(log) if log is not None else []
+        if log is not None and tail:
+            # the staging directory goes with the cluster: the log is kept where it stays
+            kept = keep_log(log, self.job.cluster)
+            words += (f". Its log ({kept or 'removed with the cluster'}) ends with:\n    "
+                      + "\n    ".join(tail))
         return words
 
     @property
@@ -219,6 +222,28 @@ class ManagedPool:
         failed = f", failed: {self.failed}" if self.failed else ""
         return (f"<Pool {self.name!r} on {self.system.name}: target {self.target}, "
                 f"{len(self.active())} active job(s){failed}>")
+
+
+#: Where the logs of failed jobs are kept after their cluster's staging is gone.
+KEPT_LOGS = Path.home() / ".cache" / "hybrid" / "logs"
+
+
+def keep_log(path: Path, cluster: str, limit: int = 65536) -> Path | None:
+    """Copy the end of a failed job's log (at most ``limit`` bytes), 0600, to
+    ``~/.cache/hybrid/logs/<cluster>/``: its staging directory is removed with the
+    cluster, and a message must not cite a file that is gone. ``None`` if it cannot."""
+    from hybrid.batch.staging import write_private
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            data = f.read()
+        directory = KEPT_LOGS / cluster
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return write_private(directory / path.name, data)
+    except OSError:
+        return None
 
 
 def tail_of(path: Path, lines: int = 8) -> list[str]:

@@ -60,6 +60,8 @@ class WaitingForWorkers:
         display = None if mode is None else WaitProgress(n, label, mode, sys.stderr)
         last_refresh = time.monotonic()
         outcome = "stopped"
+        for target in pools:  # failures now reach the caller through this wait's exception
+            target.waiters += 1
         try:
             while True:
                 live = await self.live_workers()
@@ -86,6 +88,8 @@ class WaitingForWorkers:
             outcome = "interrupted"
             raise
         finally:
+            for target in pools:
+                target.waiters -= 1
             if display is not None:
                 display.close(outcome)
 

@@ -65,7 +65,9 @@ def test_htcondor_submit_description_parses_with_the_real_bindings() -> None:
     assert submit["request_cpus"] == "4"
     assert submit["request_memory"] == str(16 * 1024)
     assert submit["My.HybridCluster"] == '"demo"'
-    assert submit["periodic_remove"].startswith("(time() - QDate) >")
+    # the lease, and the pool's wall time (05:59) for a running job
+    assert submit["periodic_remove"] == ("((time() - QDate) > 86400) || (JobStatus == 2 && "
+                                         "(time() - JobCurrentStartDate) > 21540)")
 
 
 @pytest.mark.htcondor

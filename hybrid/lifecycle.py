@@ -1,0 +1,383 @@
+"""How every cluster of this package ends: one piece of code, whatever ends the process.
+
+Every cluster kind (:class:`~hybrid.HybridCluster`, the gateway's
+:class:`~hybrid.gateway.HTCGatewayCluster`, the openff-evaluator-style backends; synchronous
+and asynchronous) registers its ending here once, when it starts, and reports here when it is
+closed. What ends the process then ends the clusters the same way:
+
+- ``close()`` (or leaving the ``with`` block): the cluster's own close; nothing else.
+- a script that ends without ``close()``: the open clusters are closed *before* Python shuts
+  down the thread pools and event loops their closing needs (a
+  ``threading._register_atexit`` hook, which runs before ``concurrent.futures``' own), newest
+  first;
+- Ctrl-C (``KeyboardInterrupt`` that nobody catches): the open clusters are closed and one
+  line per cluster says so, instead of a traceback; a second Ctrl-C while they close says
+  what is being waited for, a third one stops waiting (``hybrid gc`` finds what is left);
+- SIGTERM (what batch systems and Kubernetes send): the open clusters are closed at once,
+  one line per cluster says so, and the process then ends as SIGTERM ends it (status 143 in
+  a shell). Only while a cluster is open, and only where nobody else handles SIGTERM
+  (``hybrid.lifecycle.sigterm``). With an asynchronous cluster open, SIGTERM raises
+  :class:`Terminated` (a ``SystemExit``, status 143) instead, so that the event loop ends
+  and closes it;
+- an asynchronous cluster left open when ``asyncio.run`` ends: closed on its loop when the
+  loop cancels its remaining tasks, before the loop closes.
+
+A process killed outright (SIGKILL, a notebook kernel restart) runs none of this: a gateway
+cluster is then reclaimed by the server (``client_timeout`` counts hybrid's client heartbeat,
+``idle_timeout``), and batch jobs stop with their scheduler (their workers' death timeout) or
+are found by ``hybrid gc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures.thread  # noqa: F401  its exit hook first: ours then runs before it
+import contextlib
+import os
+import signal
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hybrid import config
+from hybrid.errors import ClusterClosed
+
+__all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "open_endings",
+           "outcome", "register", "sync"]
+
+#: Exit status of a process ended by SIGTERM (128 + 15, as a shell reports it).
+SIGTERM_STATUS = 128 + signal.SIGTERM
+INTERRUPTED = "interrupted (Ctrl-C)"
+TERMINATED = "terminated (SIGTERM)"
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: the process ends as on ``sys.exit(143)`` (no traceback), after the
+    open clusters are closed."""
+
+    def __init__(self) -> None:
+        super().__init__(SIGTERM_STATUS)
+
+
+class Ending:
+    """One registered cluster: how to close it, and whether it is still open.
+
+    Made by :func:`register`. The owner is held weakly, as dask-gateway holds its clusters:
+    one that its user dropped is collected, and its own ``__del__`` ends it then.
+    """
+
+    def __init__(self, label: str, close: Callable[[], Any], asynchronous: bool) -> None:
+        self.label = label
+        self._close: weakref.WeakMethod | None = weakref.WeakMethod(close)  # type: ignore
+        self.asynchronous = asynchronous
+        self.pid = os.getpid()
+        self.open = True
+        self._guard: asyncio.Task | None = None
+        self._said_before: int | None = None
+
+    @contextlib.contextmanager
+    def closing(self) -> Iterator[None]:
+        """Around the owner's synchronous close: see :func:`closing`. (A line another
+        cluster printed meanwhile, e.g. the cluster a backend closes, is the one said.)"""
+        if self._said_before is None:
+            self._said_before = _said_count
+        with closing():
+            yield
+
+    def finished(self, error: BaseException | None = None, note: str = "") -> None:
+        """The owner's close ended (called once by its close, whatever the path).
+
+        When the process is interrupted, terminated or exiting, one line says how it ended
+        (``note``: how it ended, e.g. ``"closed, 2 job(s) removed"``; a failure's message
+        names what is left). A failed ``close()`` that the caller sees raise prints
+        nothing: its exception says it.
+        """
+        if not self.open:
+            return
+        self.open = False
+        self._close = None
+        _forget(self)
+        guard, self._guard = self._guard, None
+        if guard is not None and not guard.done():
+            with contextlib.suppress(RuntimeError):  # its loop is already closed
+                guard.get_loop().call_soon_threadsafe(guard.cancel)
+        why = _why_now()
+        if isinstance(error, KeyboardInterrupt):  # asked again: it stopped waiting
+            _say(f"{why or INTERRUPTED}: stopped waiting for {self.label} to close; `hybrid "
+                 "status` lists what is left, `hybrid gc` removes it.")
+        elif error is not None:
+            if why is not None:
+                _say(f"{why}: closing {self.label} failed: {error}")
+        elif why in (INTERRUPTED, TERMINATED) and (  # a normal exit closes quietly
+                self._said_before is None or self._said_before == _said_count):
+            _say(f"{why}: {self.label} {note or 'closed'}.")
+
+    async def guard(self) -> None:
+        """For an asynchronous owner, from a coroutine on its loop: close it on that loop when
+        the loop cancels its remaining tasks (``asyncio.run`` does, before it closes the loop)."""
+        if self._guard is None and self.open:
+            self._guard = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        try:
+            await asyncio.Event().wait()  # until cancelled
+        except asyncio.CancelledError:
+            close = self._close() if self._close is not None else None
+            if close is not None and self.open:
+                global _exiting
+                previous, _exiting = _exiting, _exiting or "at the end of the event loop"
+                try:
+                    await close()
+                except Exception as error:
+                    self.finished(error)
+                finally:
+                    _exiting = previous
+
+
+_lock = threading.RLock()
+_endings: list[Ending] = []
+_installed = False
+_previous_sigterm: Any = None
+_previous_excepthook: Any = None
+_exiting: str | None = None  # why the process is ending, once it is
+_reported = False  # a line was printed for an interruption: the traceback is left out
+_said_count = 0
+_closing_depth = 0
+
+
+def register(label: str, close: Callable[[], Any], *, asynchronous: bool = False) -> Ending:
+    """Register an open cluster (``label``, e.g. ``"cluster hybrid-1a2b"``) and its close
+    method (``close()`` for a synchronous owner; a coroutine function for an asynchronous
+    one, which also calls :meth:`Ending.guard` on its loop). The owner calls
+    :meth:`Ending.finished` when it is closed."""
+    ending = Ending(label, close, asynchronous)
+    with _lock:
+        _endings.append(ending)
+        _install()
+    return ending
+
+
+def open_endings() -> list[Ending]:
+    """The registered clusters not closed yet, oldest first (this process's only)."""
+    with _lock:
+        for ending in [e for e in _endings if e._close is None or e._close() is None]:
+            _forget(ending)  # its owner was collected (its own __del__ ended it, if any)
+        return [e for e in _endings if e.open and e.pid == os.getpid()]
+
+
+def closed_error(label: str, fix: str) -> ClusterClosed:
+    """The one error every call on a closed cluster raises: it is closed, and what to do."""
+    return ClusterClosed(f"{label} is closed: {fix}")
+
+
+def end_all(why: str) -> None:
+    """Close every open synchronous cluster, newest first; a line per problem (and, when the
+    process is interrupted or terminated, a line per cluster). Never raises."""
+    global _exiting
+    _exiting = _exiting or why
+    for ending in reversed(open_endings()):
+        close = ending._close() if ending._close is not None else None
+        if ending.asynchronous or close is None:
+            continue  # its loop closes it (Ending.guard); no other thread may drive it
+        try:
+            with ending.closing():
+                close()
+        except BaseException as error:
+            ending.finished(error)
+            if isinstance(error, KeyboardInterrupt):
+                break  # asked to stop waiting: `hybrid gc` finds what is left
+        else:
+            ending.finished()  # (nothing more when the owner reported already)
+
+
+@contextlib.contextmanager
+def closing() -> Iterator[None]:
+    """Around a synchronous close: a Ctrl-C (or SIGTERM) while it runs does not cut it short.
+    The first is answered by one line saying what is waited for; the next one interrupts."""
+    global _closing_depth
+    main = threading.current_thread() is threading.main_thread()
+    previous: dict[int, Any] = {}
+    if main and _closing_depth == 0:
+        pressed = [0]
+
+        def patience(signum: int, frame: Any) -> None:
+            pressed[0] += 1
+            if pressed[0] > 1:  # asked again: stop waiting
+                if signum == signal.SIGTERM:
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    os.kill(os.getpid(), signal.SIGTERM)
+                raise KeyboardInterrupt
+            _say("still closing: removing the cluster's jobs (at most a minute). Press "
+                 "Ctrl-C again to stop waiting; `hybrid gc` then finds what is left.")
+
+        # only where the signal does what Python does by default (or hybrid's SIGTERM)
+        defaults = {signal.SIGINT: (signal.default_int_handler,),
+                    signal.SIGTERM: (signal.SIG_DFL, _on_sigterm)}
+        for number, ours in defaults.items():
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(number) in ours:
+                    previous[number] = signal.signal(number, patience)
+    _closing_depth += 1
+    try:
+        yield
+    finally:
+        _closing_depth -= 1
+        for number, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(number, handler)
+        if previous:
+            _release_sigterm()
+
+
+def sync(loop: Any, function: Callable[..., Any], *args: Any,
+         callback_timeout: float | None = None, **kwargs: Any) -> Any:
+    """Run ``function(*args, **kwargs)`` (a coroutine function) on ``loop`` (a Tornado
+    ``IOLoop`` running in another thread) and wait for it; on any interruption of the wait
+    (Ctrl-C, :class:`Terminated`), the coroutine is cancelled before the interruption goes
+    on, so nothing keeps running on the loop behind the caller's back."""
+    asyncio_loop = loop.asyncio_loop
+    if asyncio_loop.is_closed():
+        raise RuntimeError("IOLoop is closed")
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is asyncio_loop:
+        raise RuntimeError("sync() called from thread of running loop")
+
+    async def call() -> Any:
+        if callback_timeout is not None:
+            return await asyncio.wait_for(function(*args, **kwargs), callback_timeout)
+        return await function(*args, **kwargs)
+
+    future = asyncio.run_coroutine_threadsafe(call(), asyncio_loop)
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
+
+
+async def outcome(future: asyncio.Future, timeout: float) -> Any:
+    """``future``'s result, waited for up to ``timeout`` s even while the caller is being
+    cancelled (again): ``None`` if it fails or does not finish in time."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not future.done():
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return None
+        try:
+            await asyncio.wait([future], timeout=left)
+        except asyncio.CancelledError:
+            continue
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
+
+
+# ---------------------------------------------------------------------- the process's hooks
+def _install() -> None:
+    """Hook the process's ending once: before the thread pools shut down, SIGTERM, and an
+    uncaught Ctrl-C."""
+    global _installed, _previous_sigterm, _previous_excepthook
+    if not _installed:
+        _installed = True
+        try:
+            threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):  # another Python, or already shutting down
+            import atexit
+
+            atexit.register(_at_exit)
+        _previous_excepthook = sys.excepthook
+        sys.excepthook = _excepthook
+        os.register_at_fork(after_in_child=_forget_all)
+    if (_previous_sigterm is None and threading.current_thread() is threading.main_thread()
+            and config.get("lifecycle.sigterm", True)):
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _forget(ending: Ending) -> None:
+    with _lock:
+        if ending in _endings:
+            _endings.remove(ending)
+        _release_sigterm()
+
+
+def _release_sigterm() -> None:
+    """No cluster open any more: SIGTERM does again what it did before the first one (inside
+    :func:`closing`, whose own handler is in place, its end does this)."""
+    global _previous_sigterm
+    with _lock:
+        if _endings or _previous_sigterm is None or _exiting is not None:
+            return
+        if threading.current_thread() is threading.main_thread() and (
+                signal.getsignal(signal.SIGTERM) is _on_sigterm):
+            signal.signal(signal.SIGTERM, _previous_sigterm)
+            _previous_sigterm = None
+
+
+def _forget_all() -> None:
+    """In a forked child: its parent's clusters are not its own to close."""
+    global _previous_sigterm
+    with _lock:
+        _endings.clear()
+        _previous_sigterm = None
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Close the open clusters here and now, then end as SIGTERM ends a process (whatever
+    the main thread was doing: no exception a framework could catch and go on after).
+    With an asynchronous cluster open, :class:`Terminated` ends its event loop instead,
+    which closes it (:meth:`Ending.guard`)."""
+    global _exiting
+    _exiting = _exiting or TERMINATED
+    if any(ending.asynchronous for ending in open_endings()):
+        raise Terminated()
+    end_all(TERMINATED)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _at_exit() -> None:
+    end_all("at exit")
+
+
+def _excepthook(kind: type[BaseException], value: BaseException, traceback: Any) -> None:
+    global _exiting
+    previous = _previous_excepthook or sys.__excepthook__
+    if not issubclass(kind, KeyboardInterrupt) or config.get("logging.verbose", False):
+        previous(kind, value, traceback)
+        return
+    if open_endings():
+        _exiting = _exiting or INTERRUPTED
+        end_all(_exiting)
+    if not _reported:  # no cluster of hybrid's was ended by this interruption
+        previous(kind, value, traceback)
+
+
+def _why_now() -> str | None:
+    """Why a cluster is closing now, when it is more than a ``close()``: the process is
+    interrupted, terminated or exiting (``None`` otherwise)."""
+    error = sys.exc_info()[1]
+    if isinstance(error, Terminated):
+        return TERMINATED
+    if isinstance(error, KeyboardInterrupt):
+        return INTERRUPTED
+    return _exiting
+
+
+def _say(line: str) -> None:
+    """One line to the user's terminal (stderr), whatever logging is set up."""
+    global _reported, _said_count
+    _reported = True
+    _said_count += 1
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"hybrid: {line}\n")
+        sys.stderr.flush()
