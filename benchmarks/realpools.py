@@ -6,6 +6,11 @@ dask-jobqueue's HTCondorCluster calls ``condor_submit``/``condor_rm``; on this m
 tools live only inside the pool's chroot, so :func:`condor_tools` puts two small shims on
 ``PATH`` that run the pool's own tools there, as the pool's job user (what a submit node
 would run).
+
+The pool also has a shared filesystem, as sites do: ``$HYBRID_CONDOR_SHARED_DIR`` is the same
+directory at the same path on this host and inside the pool. What a site's user does there
+(submit jobs that read their files in place) runs as the pool's job user: :func:`as_pool_user`
+(the schedd runs no job as root, so root's private files are no job's to read).
 """
 
 from __future__ import annotations
@@ -126,6 +131,44 @@ def condor_tools() -> Iterator[Path]:
         os.environ["PATH"] = old
         shutil.rmtree(shims, ignore_errors=True)
         shutil.rmtree(inbox, ignore_errors=True)
+
+
+def pool_user() -> tuple[int, int]:
+    """uid and gid of the HTCondor pool's job user (the owner of its home in the chroot)."""
+    home = Path(os.environ["HYBRID_CONDOR_CHROOT"]) / "home" / os.environ.get(
+        "HYBRID_CONDOR_JOB_USER", "hybridjob")
+    info = home.stat()
+    return info.st_uid, info.st_gid
+
+
+def shared_home() -> Path:
+    """A new directory of the pool's job user in the pool's shared filesystem (0700).
+    Remove it with :func:`shutil.rmtree` (as root) when done."""
+    shared = os.environ.get("HYBRID_CONDOR_SHARED_DIR")
+    if not shared or not Path(shared).is_dir():
+        raise RuntimeError("the HTCondor pool has no shared directory: re-run "
+                           "`bash ci/htcondor/up.sh $PWD/.venv` (it adds one)")
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=shared))
+    os.chown(home, *pool_user())
+    return home
+
+
+def as_pool_user(argv: list[str], home: Path, env: dict[str, str] | None = None) -> list[str]:
+    """``argv`` run as the pool's job user, the way a site's user runs on a submit node, with
+    ``HOME=home`` and only the environment a client needs (``CONDOR_CONFIG``, ``PATH``,
+    ``PYTHONPATH``). The process keeps one capability, to search directories it could not
+    otherwise (this machine's python lives under root's 0700 home); the files it writes are
+    the job user's, and the jobs run as that user without it."""
+    uid, gid = pool_user()
+    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8",
+                   "CONDOR_CONFIG": os.environ["CONDOR_CONFIG"],
+                   "PYTHONPATH": os.pathsep.join(
+                       p for p in (str(Path(__file__).resolve().parents[1]),
+                                   os.environ.get("PYTHONPATH")) if p),
+                   **(env or {})}
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--",
+            "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *argv]
 
 
 def condor_in_queue(constraint: str) -> int:

@@ -214,9 +214,14 @@ class BatchSystem(abc.ABC):
                              field=f"job_extra_directives[{index}]", value=directive)
 
     # ------------------------------------------------------------------ rendering
+    def ships_files_for(self, staging: Path) -> bool:
+        """Whether a submission from ``staging`` sends its files with the job
+        (:attr:`ships_files`; HTCondor decides per staging directory)."""
+        return self.ships_files
+
     def job_paths(self, staging: Path) -> TLSFiles:
         """Where the worker finds the TLS files."""
-        if self.ships_files:
+        if self.ships_files_for(staging):
             return TLSFiles("ca.pem", "cert.pem", "key.pem")
         return TLSFiles(str(staging / "ca.pem"), str(staging / "cert.pem"),
                         str(staging / "key.pem"))
@@ -256,7 +261,7 @@ class BatchSystem(abc.ABC):
             "walltime_hhmm": hhmm,
             "lease_seconds": job.spec.lease,
             # shared filesystem: the job appends its output to worker-<id>.log in staging
-            "log_directory": None if self.ships_files else str(staging),
+            "log_directory": None if self.ships_files_for(staging) else str(staging),
         }
 
     def render(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
@@ -278,7 +283,7 @@ class BatchSystem(abc.ABC):
 
     def log_path(self, staging: Path, job_id: str) -> Path | None:
         """Where a job's output lands (``None`` when it cannot be read from here)."""
-        if self.ships_files:
+        if self.ships_files_for(staging):
             return None
         return staging / f"worker-{worker_name_suffix(job_id)}.log"
 
