@@ -141,11 +141,27 @@ def pool_user() -> tuple[int, int]:
     return info.st_uid, info.st_gid
 
 
+def shared_dir() -> Path | None:
+    """The HTCondor pool's shared directory (``HYBRID_CONDOR_SHARED_DIR``, else the bring-up
+    script's place for it, ``$HYBRID_CONDOR_STATE/shared``), if it is mounted in the pool."""
+    given = os.environ.get("HYBRID_CONDOR_SHARED_DIR")
+    state = os.environ.get("HYBRID_CONDOR_STATE")
+    chroot = os.environ.get("HYBRID_CONDOR_CHROOT")
+    path = Path(given) if given else Path(state) / "shared" if state else None
+    if path is None or not path.is_dir() or not chroot:
+        return None
+    inside = chroot + str(path.resolve())
+    with open("/proc/mounts") as mounts:  # a bind mount: same device, os.path.ismount misses it
+        mounted = any(line.split()[1].encode().decode("unicode_escape") == inside
+                      for line in mounts if len(line.split()) > 1)
+    return path if mounted else None
+
+
 def shared_home() -> Path:
     """A new directory of the pool's job user in the pool's shared filesystem (0700).
     Remove it with :func:`shutil.rmtree` (as root) when done."""
-    shared = os.environ.get("HYBRID_CONDOR_SHARED_DIR")
-    if not shared or not Path(shared).is_dir():
+    shared = shared_dir()
+    if shared is None:
         raise RuntimeError("the HTCondor pool has no shared directory: re-run "
                            "`bash ci/htcondor/up.sh $PWD/.venv` (it adds one)")
     home = Path(tempfile.mkdtemp(prefix="home-", dir=shared))
@@ -169,6 +185,36 @@ def as_pool_user(argv: list[str], home: Path, env: dict[str, str] | None = None)
     return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
             "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--",
             "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *argv]
+
+
+def shared_problem() -> str | None:
+    """Why the HTCondor pool's shared filesystem cannot be used (``None``: it can)."""
+    if shared_dir() is None:
+        return ("the HTCondor pool has no shared directory mounted: re-run "
+                "`bash ci/htcondor/up.sh $PWD/.venv`, which adds one")
+    if shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is missing: it runs the pool user's process"
+    return None
+
+
+def run_as_pool_user(benchmark: str, n: int, timeout: float) -> dict[str, float]:
+    """One repetition of ``benchmark`` (``scale-up``/``submit``) of hybrid with
+    ``job_files: shared``, run by the pool's job user in a home of its own in the shared
+    filesystem (:mod:`benchmarks._pool_user`); its numbers."""
+    import json
+    import sys
+
+    home = shared_home()
+    try:
+        argv = [sys.executable, "-m", "benchmarks._pool_user", benchmark, str(n),
+                str(home / "jobs"), str(shared_dir())]
+        result = subprocess.run(as_pool_user(argv, home), cwd=Path(__file__).resolve().parents[1],
+                                capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"the pool user's run failed: {result.stderr.strip()[-600:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def condor_in_queue(constraint: str) -> int:

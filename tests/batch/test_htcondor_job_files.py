@@ -108,7 +108,7 @@ def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_pla
         staging = home / "jobs"
         result = subprocess.run(
             realpools.as_pool_user([sys.executable, "-m", "tests.batch._pool_user_cluster",
-                                    str(staging), os.environ["HYBRID_CONDOR_SHARED_DIR"],
+                                    str(staging), str(realpools.shared_dir()),
                                     job_files], home),
             cwd=REPO, capture_output=True, text=True, timeout=280)
         assert result.returncode == 0, result.stderr[-4000:]

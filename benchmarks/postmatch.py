@@ -1,0 +1,102 @@
+"""When the batch system matched a job to a slot, read from the processes it started for it.
+
+The post-match time of a scale-up is the time from the batch system's first match until all n
+workers were connected: what is left once the batch system's own cycles (HTCondor's
+negotiation, Slurm's scheduling pass) are taken out. The match is seen as the start of the
+first process the system starts for one of the jobs, both daemons on this machine:
+
+- HTCondor: the job's ``condor_shadow`` (command line ``condor_shadow CLUSTER.PROC ...``),
+  which the schedd starts once the negotiator matched the job and the slot was claimed;
+- Slurm: the job's ``slurmstepd: [JOBID.batch]``, which slurmd starts once the job is
+  allocated (array tasks have job ids of their own: ``squeue --format=%A``).
+
+Both live while the job runs, so they are read right after the workers connected (outside
+the timed part). Process start times come from ``/proc/PID/stat`` in clock ticks since boot
+(10 ms here); :func:`now` reads the same clock (``CLOCK_BOOTTIME``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def now() -> float:
+    """Seconds since boot: the clock process start times are given in."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _start(pid: str) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19]) / _TICKS
+
+
+def _processes() -> Iterable[tuple[str, str]]:
+    """(pid, command line) of every process."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        yield entry.name, line
+
+
+_SHADOW = re.compile(r"^(?:\S*/)?condor_shadow (\d+\.\d+) ")
+_STEPD = re.compile(r"^slurmstepd: \[(\d+)\.batch\]")
+
+
+def first_match(system: str, job_ids: Iterable[str]) -> float | None:
+    """When the first of these jobs was matched (see the module's docstring), in
+    :func:`now`'s clock; ``None`` when none of their processes is found.
+
+    ``job_ids``: HTCondor ``CLUSTER.PROC``; Slurm the job ids ``squeue --format=%A`` lists.
+    """
+    wanted = set(job_ids)
+    pattern = _SHADOW if system == "htcondor" else _STEPD
+    starts = []
+    for pid, line in _processes():
+        found = pattern.match(line)
+        if found and found.group(1) in wanted:
+            start = _start(pid)
+            if start is not None:
+                starts.append(start)
+    return min(starts) if starts else None
+
+
+def condor_job_ids(constraint: str) -> list[str]:
+    """``CLUSTER.PROC`` of the jobs matching ``constraint`` in the schedd's queue."""
+    import htcondor2
+
+    return [f"{ad['ClusterId']}.{ad['ProcId']}" for ad in htcondor2.Schedd().query(
+        constraint=constraint, projection=["ClusterId", "ProcId"])]
+
+
+def slurm_job_ids(*, name: str | None = None, comment_prefix: str | None = None) -> list[str]:
+    """The job ids (one per array task, ``%A``) of the jobs of this name or comment prefix."""
+    import subprocess
+
+    out = subprocess.run(["squeue", "--noheader", "--array", "--format=%A|%j|%k"],
+                         capture_output=True, text=True, timeout=60).stdout
+    ids = []
+    for line in out.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) != 3:
+            continue
+        job_id, job_name, comment = parts
+        if name is not None and job_name != name:
+            continue
+        if comment_prefix is not None and not comment.startswith(comment_prefix):
+            continue
+        ids.append(job_id.strip())
+    return ids
