@@ -40,7 +40,7 @@ from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
 from hybrid.gpusharing import starts_mps
 from hybrid.units import hhmm
-from hybrid.worker import TLSFiles, worker_commands
+from hybrid.worker import TLSFiles, memory_watch, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -237,6 +237,7 @@ class BatchSystem(abc.ABC):
         tls = self.job_paths(staging) if job.connection.tls is not None else None
         hhmm = self.walltime(job)
         worker, worker_mps = worker_commands(job.spec, job.connection, tls)
+        watch = memory_watch(job.spec, job.connection)
         return {
             "job": job,
             "spec": job.spec,
@@ -260,6 +261,9 @@ class BatchSystem(abc.ABC):
             "walltime": f"{hhmm}:00",
             "walltime_hhmm": hhmm,
             "lease_seconds": job.spec.lease,
+            # without a nanny the job script watches the worker's memory (hybrid/worker.py)
+            "memory_watch_kib": watch[0] if watch else None,
+            "memory_watch_share": watch[1] if watch else None,
             # shared filesystem: the job appends its output to worker-<id>.log in staging
             "log_directory": None if self.ships_files_for(staging) else str(staging),
         }

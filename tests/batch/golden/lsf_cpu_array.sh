@@ -24,4 +24,34 @@ hybrid_worker=
 trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; exit 143' TERM INT
 /opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 2 --memory-limit 4294967296 --resources 'GPU=0 notGPU=2' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-cpu-"$hybrid_suffix" &
 hybrid_worker=$!
+# No nanny watches this worker's memory: this does what a nanny would (Dask's
+# distributed.worker.memory.terminate): past 3984588 KiB resident (the worker's
+# process and its children) it kills the worker, its tasks are retried elsewhere as after any
+# lost worker, the job ends and its pool submits a replacement.
+hybrid_watch() {
+    local queue pid key value rest kids children total
+    exec {hybrid_never}<> <(:)
+    while kill -0 "$hybrid_worker" 2>/dev/null; do
+        total=0 queue=$hybrid_worker
+        while [ -n "$queue" ]; do
+            pid=${queue%% *} queue=${queue#"$pid"} queue=${queue# }
+            {
+                while read -r key value rest; do
+                    if [ "$key" = VmRSS: ]; then total=$((total + value)); break; fi
+                done < /proc/"$pid"/status
+                for children in /proc/"$pid"/task/*/children; do
+                    read -r kids < "$children" || true
+                    [ -n "$kids" ] && queue="${queue:+$queue }$kids"
+                done
+            } 2>/dev/null
+        done
+        if [ "$total" -gt 3984588 ]; then
+            echo "hybrid: the worker uses $total KiB, past 3984588 KiB (0.95 of its memory limit; distributed.worker.memory.terminate): killing it, as a nanny would" >&2
+            kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
+            return
+        fi
+        read -r -t 0.5 -u "$hybrid_never" || true
+    done
+}
+hybrid_watch &
 wait "$hybrid_worker"
