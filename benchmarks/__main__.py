@@ -22,11 +22,11 @@ import tempfile
 import time
 import traceback
 
-from benchmarks import annotation, gpu, reconcile, scaleup, submit
+from benchmarks import annotation, gpu, reconcile, reschedule, scaleup, submit
 from benchmarks.goals import evaluate
 from benchmarks.harness import Results, goal_table, log, machine, table
 
-BENCHMARKS = ("scale-up", "submit", "annotation", "reconcile", "gpu-md")
+BENCHMARKS = ("scale-up", "submit", "reschedule", "annotation", "reconcile", "gpu-md")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
                    "scale-ups (a random phase of the negotiation cycle)")
     p.add_argument("--submit-workers", type=int, help="workers of the submit benchmark "
                    "(default 1000)")
+    p.add_argument("--reschedule-samples", type=int, help="samples per arm and queue of the "
+                   "reschedule benchmark (default 40; quick: 1)")
     p.add_argument("--reconcile-jobs", type=int, help="tracked jobs (default 10000)")
     p.add_argument("--tasks", type=int, help="tasks of the annotation graphs (default 2000)")
     p.add_argument("--md-on-cpu", action="store_true",
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                                         jitter=not quick, seed=args.seed),
         "submit": lambda: submit.run(results, args.systems,
                                      args.submit_workers or (20 if quick else 1000), repeats),
+        "reschedule": lambda: reschedule.run(
+            results, args.reschedule_samples or (1 if quick else 40), seed=args.seed),
         "annotation": lambda: annotation.run(results, args.tasks or (200 if quick else 2000),
                                              repeats),
         "reconcile": lambda: reconcile.run(results, args.systems,

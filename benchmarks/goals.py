@@ -8,7 +8,7 @@ from benchmarks.harness import Goal, Measure, Results, fmt, ratio
 #: The variant each benchmark's ratios are taken against.
 ANCHORS = {"scale-up": "dask-jobqueue", "submit": "dask-jobqueue", "close": "dask-jobqueue",
            "queue empty after close": "dask-jobqueue", "annotation": "not annotated",
-           "post-match": "floor: bare-worker jobs",
+           "post-match": "floor: bare-worker jobs", "reschedule": "submit",
            "until the first match": "floor: bare-worker jobs"}
 
 
@@ -217,12 +217,24 @@ def gpu_goal(results: Results) -> list[Goal]:
     ]
 
 
+def reschedule_goal(results: Results) -> list[Goal]:
+    """Issue 27: reschedule after submit only if it starts jobs sooner, idle queue and busy."""
+    out = []
+    for queue in ("idle queue", "busy queue"):
+        r = ratio(results.find("reschedule", "htcondor", queue, "submit + reschedule"),
+                  results.find("reschedule", "htcondor", queue, "submit"))
+        out.append(Goal("R1", f"htcondor, {queue}: submit + reschedule starts a job sooner "
+                        "than submit alone (median < 1.0x)", _x(r),
+                        None if r is None else r < 1.0, "" if r is not None else "not run"))
+    return out
+
+
 def evaluate(results: Results) -> list[Goal]:
     """Every goal's verdict."""
     goals = [*scale_goals(results, "htcondor", "P1"), *scale_goals(results, "slurm", "P3")]
     for system in ("htcondor", "slurm"):
         goals += floor_goals(results, system) + like_for_like_goals(results, system)
-    goals += shared_goals(results)
+    goals += shared_goals(results) + reschedule_goal(results)
     goals += [submit_goal(results, s) for s in ("htcondor", "slurm")]
     goals += [close_goal(results, s) for s in ("htcondor", "slurm")]
     goals += annotation_goal(results) + reconcile_goal(results) + gpu_goal(results)

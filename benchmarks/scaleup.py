@@ -96,11 +96,14 @@ def schedule(systems: list[str], sizes: list[int], repeats: int,
 
 
 def negotiation_cycle() -> float:
-    """The HTCondor pool's ``NEGOTIATOR_CYCLE_DELAY`` (seconds; 20 if unknown)."""
+    """The HTCondor pool's ``NEGOTIATOR_CYCLE_DELAY`` in seconds, asked of its negotiator
+    (this node's client configuration need not set it); HTCondor's default, 20, if unknown."""
     try:
         import htcondor2
 
-        return float(htcondor2.param.get("NEGOTIATOR_CYCLE_DELAY") or 20)
+        negotiator = htcondor2.Collector().locate(htcondor2.DaemonType.Negotiator)
+        value = htcondor2.RemoteParam(negotiator).get("NEGOTIATOR_CYCLE_DELAY")
+        return float(value or htcondor2.param.get("NEGOTIATOR_CYCLE_DELAY") or 20)
     except Exception:
         return 20.0
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import htcondor2
 import pytest
 
 from benchmarks.scaleup import NAMES, schedule
@@ -122,8 +123,22 @@ def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slu
                                                               tmp_path):
     data = run_benchmark("submit", tmp_path)
     assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
-                                        for v in ("hybrid", "dask-jobqueue")}
+                                        for v in ("hybrid", "dask-jobqueue")} | {
+        ("htcondor", "n=20", "hybrid shared fs")}
     assert all(g["met"] in (True, False) for g in goals(data)["P2"])
+    shared_submit = [g for g in goals(data)["H1"] if "submit" in g["text"]]
+    assert len(shared_submit) == 1 and shared_submit[0]["met"] in (True, False)
+
+
+@pytest.mark.htcondor
+def test_reschedule_measures_both_arms_in_an_idle_and_a_busy_queue(htcondor_pool, tmp_path):
+    data = run_benchmark("reschedule", tmp_path)
+    assert variants(data, "reschedule") == {
+        ("htcondor", queue, arm) for queue in ("idle queue", "busy queue")
+        for arm in ("submit", "submit + reschedule")}
+    assert all(g["met"] in (True, False) for g in goals(data)["R1"])
+    # the busy queue's jobs are gone again
+    assert not htcondor2.Schedd().query('regexp("^bench", BenchMarker)', ["ProcId"])
 
 
 @pytest.mark.htcondor

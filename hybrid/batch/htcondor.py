@@ -18,9 +18,12 @@ and ``connect`` find them again, and ``periodic_remove`` on a lease so none outl
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, ClassVar, Literal
@@ -37,7 +40,9 @@ from hybrid.batch.base import (
     write_private,
 )
 from hybrid.errors import BatchError, ConfigurationError, ToolMissing
-from hybrid.fields import Seconds, absolute_path, strings
+from hybrid.fields import Seconds, absolute_path, seconds, strings
+
+logger = logging.getLogger("hybrid")
 
 _SPOOLING_HOLD_CODE = 16  # held while input files are being spooled: not a failure
 
@@ -208,6 +213,11 @@ def _directories(value: Any) -> tuple[str, ...]:
     return tuple(absolute_path(item) for item in strings(True, "absolute paths")(value))
 
 
+#: When this process last asked each schedd to reschedule (``reschedule_interval``).
+_rescheduled: dict[tuple[str | None, str | None], float] = {}
+_rescheduled_lock = threading.Lock()
+
+
 class HTCondorSettings(SystemSettings):
     """``hybrid.batch.htcondor``: which schedd, how the job's files reach it, and how long a
     removed job may take to stop."""
@@ -225,6 +235,12 @@ class HTCondorSettings(SystemSettings):
         "the same path: no spooling, no file transfer; the jobs must run as this user), "
         "``auto``: ``shared`` when the staging directory is under one of "
         "``shared_directories``, else ``spool``.")
+    reschedule_interval: Annotated[float, BeforeValidator(
+        lambda v: seconds(v, allow_zero=True))] = Field(
+        10.0, description="After a submission, ask the schedd to send its idle jobs to the "
+        "negotiator at once (as ``condor_submit`` does) instead of at its next update, at most "
+        "once per this many seconds per schedd from this process, so an adaptive pool that "
+        "submits often does not keep asking; 0: never.")
     shared_directories: Annotated[tuple[str, ...], BeforeValidator(_directories)] = Field(
         (), description="Directories the execute nodes see at the same path as this node "
         "(the site's shared filesystem, e.g. ``/home``); with ``job_files: auto`` a staging "
@@ -367,8 +383,26 @@ class HTCondor(BatchSystem):
             except Exception as error:
                 self._remove_quietly(schedd, str(cluster_id))
                 raise BatchError(f"HTCondor could not receive the job files: {error}") from None
+        self._reschedule(schedd)
         first = result.first_proc()
         return [f"{cluster_id}.{first + i}" for i in range(result.num_procs())]
+
+    def _reschedule(self, schedd: Any) -> None:
+        """Ask the schedd to negotiate for the new jobs now (``reschedule_interval``)."""
+        interval = self.settings.reschedule_interval
+        if not interval:
+            return
+        key = (self.settings.schedd_name, self.settings.collector)
+        now = time.monotonic()
+        with _rescheduled_lock:
+            last = _rescheduled.get(key)
+            if last is not None and now - last < interval:
+                return
+            _rescheduled[key] = now
+        try:
+            schedd.reschedule()
+        except Exception as error:  # a hint to the schedd: the jobs are queued either way
+            logger.debug("HTCondor reschedule after submit failed: %s", error)
 
     def _remove_quietly(self, schedd: Any, job_spec: Any) -> None:
         htcondor2 = _bindings()

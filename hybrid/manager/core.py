@@ -228,10 +228,12 @@ class PoolManager(WaitingForWorkers, Closing):
             pool._first_pending.pop(job_id, None)
             if job_id in pool._removed or job_id in pool._connected:
                 continue
-            if status.state is JobState.finished and status.reason != GONE:
+            if status.state is JobState.finished and status.reason != GONE and pool._connected:
                 # a worker exits 0 only when its scheduler closed it (client.restart() of a
                 # worker without a nanny, a retirement) or its --lifetime ended; one that never
-                # reached its scheduler exits 1. The pool refills it; it is no failure.
+                # reached its scheduler exits 1. The pool refills it; it is no failure (unless
+                # no worker of the pool ever came: then something else exits 0, e.g. a wrong
+                # python, and resubmitting would loop).
                 logger.info("pool %s: job %s ended, its worker closed", pool.name, job_id)
                 continue
             if status.state in (JobState.failed, JobState.removed, JobState.finished):

@@ -132,3 +132,36 @@ def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_pla
     assert seen["log"].startswith(directory) and seen["log_text"] is not None
     # close() removed every job and the staging directory
     assert seen["left"] == 0 and seen["staging_left"] is False
+
+
+class RecordingScheddDouble:
+    """A TEST DOUBLE of ``htcondor2.Schedd`` that only counts ``reschedule()`` calls (the rate
+    limit is hybrid's own logic; the real schedd's answer to a reschedule is measured by
+    ``python -m benchmarks --only reschedule``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def reschedule(self) -> None:
+        self.calls += 1
+
+
+def test_reschedule_after_submit_is_rate_limited_per_schedd(monkeypatch) -> None:
+    from hybrid.batch import htcondor
+
+    monkeypatch.setattr(htcondor, "_rescheduled", {})
+    schedd = RecordingScheddDouble()
+    limited = get_system("htcondor", reschedule_interval="1 hour")
+    for _ in range(5):  # an adaptive pool submitting again and again
+        limited._reschedule(schedd)
+    assert schedd.calls == 1
+    # another schedd is asked on its own account; 0 turns it off
+    get_system("htcondor", schedd_name="other", reschedule_interval="1 hour")._reschedule(schedd)
+    assert schedd.calls == 2
+    get_system("htcondor", schedd_name="third", reschedule_interval=0)._reschedule(schedd)
+    assert schedd.calls == 2
+    # once the interval passed, the next submission asks again
+    monkeypatch.setattr(htcondor, "_rescheduled", {k: v - 3601 for k, v in
+                                                   htcondor._rescheduled.items()})
+    limited._reschedule(schedd)
+    assert schedd.calls == 3

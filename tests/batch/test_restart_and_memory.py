@@ -92,9 +92,10 @@ def test_restart_with_a_nanny_restarts_inside_the_jobs(kind, request, staging) -
 
 
 @pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
-@pytest.mark.parametrize("kind", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+@pytest.mark.parametrize("kind", ["local", "lsf", pytest.param("slurm", marks=pytest.mark.slurm)])
 def test_a_worker_over_its_memory_limit_is_killed_and_replaced(kind, nanny, request,
-                                                               staging) -> None:
+                                                               staging, doubles) -> None:
+    """(The LSF double runs job scripts with /bin/sh, as some sites do: the watch is POSIX.)"""
     if kind == "slurm":
         request.getfixturevalue("slurm_cluster")
     settings = {**QUICK, "distributed.scheduler.allowed-failures": 0}

@@ -88,32 +88,36 @@ hybrid_worker=$!
 # distributed.worker.memory.terminate): past 15938355 KiB resident (the worker's
 # process and its children) it kills the worker, its tasks are retried elsewhere as after any
 # lost worker, the job ends and its pool submits a replacement.
-hybrid_watch() {
-    local queue pid key value rest kids children total
-    exec {hybrid_never}<> <(:)
+# (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says)
+(
     while kill -0 "$hybrid_worker" 2>/dev/null; do
-        total=0 queue=$hybrid_worker
-        while [ -n "$queue" ]; do
-            pid=${queue%% *} queue=${queue#"$pid"} queue=${queue# }
+        hybrid_rss=0 hybrid_queue=$hybrid_worker
+        while [ -n "$hybrid_queue" ]; do
+            hybrid_pid=${hybrid_queue%% *}
+            hybrid_queue=${hybrid_queue#"$hybrid_pid"}
+            hybrid_queue=${hybrid_queue# }
             {
-                while read -r key value rest; do
-                    if [ "$key" = VmRSS: ]; then total=$((total + value)); break; fi
-                done < /proc/"$pid"/status
-                for children in /proc/"$pid"/task/*/children; do
-                    read -r kids < "$children" || true
-                    [ -n "$kids" ] && queue="${queue:+$queue }$kids"
+                while read -r hybrid_key hybrid_value hybrid_rest; do
+                    if [ "$hybrid_key" = VmRSS: ]; then
+                        hybrid_rss=$((hybrid_rss + hybrid_value))
+                        break
+                    fi
+                done < /proc/"$hybrid_pid"/status
+                for hybrid_children in /proc/"$hybrid_pid"/task/*/children; do
+                    hybrid_kids=
+                    read -r hybrid_kids < "$hybrid_children" || true
+                    [ -n "$hybrid_kids" ] && hybrid_queue="${hybrid_queue:+$hybrid_queue }$hybrid_kids"
                 done
             } 2>/dev/null
         done
-        if [ "$total" -gt 15938355 ]; then
-            echo "hybrid: the worker uses $total KiB, past 15938355 KiB (0.95 of its memory limit; distributed.worker.memory.terminate): killing it, as a nanny would" >&2
+        if [ "$hybrid_rss" -gt 15938355 ]; then
+            echo "hybrid: the worker uses $hybrid_rss KiB, past 15938355 KiB (0.95 of its memory limit; distributed.worker.memory.terminate): killing it, as a nanny would" >&2
             kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
-            return
+            exit 0
         fi
-        read -r -t 0.5 -u "$hybrid_never" || true
+        sleep 0.5
     done
-}
-hybrid_watch &
+) &
 wait "$hybrid_worker"
 hybrid_status=$?
 hybrid_mps_stop
