@@ -135,9 +135,9 @@ def report(results: Results) -> str:
              + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
              + f". Load average before: {m['load_average'][0]:.2f}; {m.get('seconds')} s.",
              ""]
-    scale = scaleup.summary(results)
-    if scale:
-        lines += [scale, ""]
+    for text in (scaleup.summary(results), scaleup.parts(results)):
+        if text:
+            lines += [text, ""]
     lines += [table(results), "", goal_table(results.goals)]
     if results.skips:
         lines += ["", "Skipped:"] + [f"- {s.benchmark}: {s.why}" for s in results.skips]

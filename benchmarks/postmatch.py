@@ -6,7 +6,9 @@ negotiation, Slurm's scheduling pass) are taken out. The match is seen as the st
 first process the system starts for one of the jobs, both daemons on this machine:
 
 - HTCondor: the job's ``condor_shadow`` (command line ``condor_shadow CLUSTER.PROC ...``),
-  which the schedd starts once the negotiator matched the job and the slot was claimed;
+  which the schedd starts once the negotiator matched the job and the slot was claimed (a
+  shadow the schedd reuses for the next job of the same claim names the job it was started
+  for: then the job's ``condor_starter -a SLOT``, which each job gets afresh, stands in);
 - Slurm: the job's ``slurmstepd: [JOBID.batch]``, which slurmd starts once the job is
   allocated (array tasks have job ids of their own: ``squeue --format=%A``).
 
@@ -53,6 +55,7 @@ def _processes() -> Iterable[tuple[str, str]]:
 
 
 _SHADOW = re.compile(r"^(?:\S*/)?condor_shadow (\d+\.\d+) ")
+_STARTER = re.compile(r"^(?:\S*/)?condor_starter .*-a (\S+)")
 _STEPD = re.compile(r"^slurmstepd: \[(\d+)\.batch\]")
 
 
@@ -60,26 +63,34 @@ def first_match(system: str, job_ids: Iterable[str]) -> float | None:
     """When the first of these jobs was matched (see the module's docstring), in
     :func:`now`'s clock; ``None`` when none of their processes is found.
 
-    ``job_ids``: HTCondor ``CLUSTER.PROC``; Slurm the job ids ``squeue --format=%A`` lists.
+    ``job_ids``: HTCondor ``CLUSTER.PROC`` or ``CLUSTER.PROC@SLOT`` (the slot from the job's
+    ``RemoteHost``: :func:`condor_job_ids`); Slurm the job ids ``squeue --format=%A`` lists.
     """
-    wanted = set(job_ids)
-    pattern = _SHADOW if system == "htcondor" else _STEPD
+    wanted = {j.split("@", 1)[0] for j in job_ids}
+    slots = {j.split("@", 2)[1] for j in job_ids if "@" in j}
     starts = []
     for pid, line in _processes():
-        found = pattern.match(line)
-        if found and found.group(1) in wanted:
-            start = _start(pid)
-            if start is not None:
-                starts.append(start)
+        if system == "htcondor":
+            shadow, starter = _SHADOW.match(line), _STARTER.match(line)
+            ours = (shadow is not None and shadow.group(1) in wanted) or (
+                starter is not None and starter.group(1) in slots)
+        else:
+            stepd = _STEPD.match(line)
+            ours = stepd is not None and stepd.group(1) in wanted
+        if ours and (start := _start(pid)) is not None:
+            starts.append(start)
     return min(starts) if starts else None
 
 
 def condor_job_ids(constraint: str) -> list[str]:
-    """``CLUSTER.PROC`` of the jobs matching ``constraint`` in the schedd's queue."""
+    """``CLUSTER.PROC@SLOT`` (``CLUSTER.PROC`` while not running) of the jobs matching
+    ``constraint`` in the schedd's queue."""
     import htcondor2
 
-    return [f"{ad['ClusterId']}.{ad['ProcId']}" for ad in htcondor2.Schedd().query(
-        constraint=constraint, projection=["ClusterId", "ProcId"])]
+    return [f"{ad['ClusterId']}.{ad['ProcId']}"
+            + (f"@{ad['RemoteHost']}" if ad.get("RemoteHost") else "")
+            for ad in htcondor2.Schedd().query(
+                constraint=constraint, projection=["ClusterId", "ProcId", "RemoteHost"])]
 
 
 def slurm_job_ids(*, name: str | None = None, comment_prefix: str | None = None) -> list[str]:

@@ -215,3 +215,43 @@ def summary(results: Results) -> str:
                          + ("" if post is None else f" ({post:.2f})"))
         lines.append(f"| {system} | {config[2:]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def parts(results: Results) -> str:
+    """Where hybrid's time goes, per system and n, from differences of medians: the batch
+    system's cycle until the first match, its start of a trivial job after the match (C),
+    a bare worker's python start and connect (B - C), hybrid's own part (A - B, post-match),
+    and on HTCondor the file transfer of the default mode (A - A shared fs, post-match)."""
+    from benchmarks.harness import fmt
+
+    def median(benchmark: str, system: str, config: str, variant: str) -> float | None:
+        m = results.find(benchmark, system, config, variant)
+        return m.median() if m is not None else None
+
+    def minus(a: float | None, b: float | None) -> str:
+        return fmt(a - b) if a is not None and b is not None else ""
+
+    rows = sorted({(m.system, m.config) for m in results.measures
+                   if m.benchmark == "post-match"}, key=lambda k: (k[0], int(k[1][2:])))
+    if not rows:
+        return ""
+    lines = ["Where the time goes (seconds, differences of medians):", "",
+             "| system | n | until the first match (hybrid) | trivial jobs started after it "
+             "(C) | python start and connect of bare workers (B - C) | hybrid's own, shared "
+             "fs (A - B) | hybrid's own, default (A - B) | file transfer (A - A shared fs) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for system, config in rows:
+        def post(variant: str, s: str = system, c: str = config) -> float | None:
+            return median("post-match", s, c, variant)
+
+        bare, trivial = post(FLOOR_B), post(FLOOR_C)
+        shared, default = post("hybrid shared fs"), post("hybrid")
+        lines.append(
+            f"| {system} | {config[2:]} | "
+            f"{fmt(median('until the first match', system, config, 'hybrid'))} | "
+            f"{fmt(trivial)} | {minus(bare, trivial)} | {minus(shared, bare)} | "
+            f"{minus(default, bare)} | {minus(default, shared)} |")
+    return "\n".join(lines)
+
+
+FLOOR_B, FLOOR_C = "floor: bare-worker jobs", "floor: batch start"

@@ -19,6 +19,7 @@ import htcondor2
 import pytest
 
 from benchmarks.scaleup import NAMES, schedule
+from tests.batch.test_real_pools import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -137,8 +138,9 @@ def test_reschedule_measures_both_arms_in_an_idle_and_a_busy_queue(htcondor_pool
         ("htcondor", queue, arm) for queue in ("idle queue", "busy queue")
         for arm in ("submit", "submit + reschedule")}
     assert all(g["met"] in (True, False) for g in goals(data)["R1"])
-    # the busy queue's jobs are gone again
-    assert not htcondor2.Schedd().query('regexp("^bench", BenchMarker)', ["ProcId"])
+    # the busy queue's jobs were removed, and leave the queue
+    wait_for(lambda: not htcondor2.Schedd().query('regexp("^bench", BenchMarker)', ["ProcId"]),
+             120, "the benchmark's jobs to leave the queue")
 
 
 @pytest.mark.htcondor

@@ -36,7 +36,7 @@ from tests.batch._tasks import hog, square
 from tests.batch.doubles import batch_double
 from tests.batch.test_real_pools import wait_for
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(600)
 
 QUICK = {"hybrid.batch.poll-interval": "0.5s"}
 
