@@ -1,7 +1,8 @@
 """The floors a launcher is measured against: what the batch system itself takes.
 
 ``floor: bare-worker jobs`` (B): the barest way to get n Dask workers from the same pool: n
-jobs in ONE submission (an HTCondor cluster of n procs, a Slurm array), each running
+jobs in ONE submission (an HTCondor cluster of n procs, a Slurm or Grid Engine array), each
+running
 ``python -m distributed.cli.dask_worker SCHEDULER --no-nanny`` with the worker options hybrid
 gives its own (one thread, 1 GiB, no dashboard), the same python, no file transfer (HTCondor
 reads nothing: the python and its arguments are the job), timed from the submission to n
@@ -62,6 +63,10 @@ def bare_worker_jobs(system: str, n: int) -> dict[str, float]:
             start = postmatch.now()
             if system == "htcondor":
                 _condor_bare_workers(address, n, marker, directory)
+            elif system == "sge":
+                _sge_submit(n, marker, directory, " ".join(
+                    [sys.executable, "-m", "distributed.cli.dask_worker", address,
+                     *WORKER_OPTIONS, "--name", "bare-$SGE_TASK_ID"]))
             else:
                 _slurm_bare_workers(address, n, marker, directory)
             client.wait_for_workers(n, timeout=WAIT)
@@ -101,6 +106,16 @@ def _slurm_bare_workers(address: str, n: int, marker: str, directory: Path) -> N
         check=True, capture_output=True, text=True, timeout=60)
 
 
+def _sge_submit(n: int, marker: str, directory: Path, command: str) -> None:
+    """``qsub -t 1-n`` of ``command`` (run with ``exec``) in ``directory``, as hybrid's Grid
+    Engine jobs ask: one slot of the CI queue, mem_free=1 GiB."""
+    subprocess.run(
+        ["qsub", "-terse", "-t", f"1-{n}", "-N", marker, "-o", "/dev/null", "-j", "y",
+         "-S", "/bin/sh", "-wd", str(directory), "-l", "h_rt=00:30:00,mem_free=1024M",
+         "-q", os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q")],
+        input=f"exec {command}\n", check=True, capture_output=True, text=True, timeout=60)
+
+
 # --------------------------------------------------------------------------- C
 def batch_start(system: str, n: int) -> dict[str, float]:
     """C: n trivial jobs in one submission, until the last one started."""
@@ -120,6 +135,10 @@ def batch_start(system: str, n: int) -> dict[str, float]:
                 "output": "/dev/null", "error": "/dev/null",
                 "request_cpus": "1", "request_memory": "1024",
                 "My.BenchMarker": f'"{marker}"', "leave_in_queue": "false"}), count=n)
+        elif system == "sge":
+            _sge_submit(n, marker, stamps,
+                        f"sh -c 'date +%s.%N > {stamps}/$SGE_TASK_ID.tmp && mv "
+                        f"{stamps}/$SGE_TASK_ID.tmp {stamps}/$SGE_TASK_ID && exec sleep 600'")
         else:
             subprocess.run(
                 ["sbatch", f"--array=1-{n}", f"--job-name={marker}", "--output=/dev/null",
@@ -153,17 +172,18 @@ def batch_start(system: str, n: int) -> dict[str, float]:
 def _ids(system: str, marker: str) -> list[str]:
     if system == "htcondor":
         return postmatch.condor_job_ids(f'BenchMarker == "{marker}"')
+    if system == "sge":
+        return postmatch.sge_job_ids(name=marker)
     return postmatch.slurm_job_ids(name=marker)
 
 
 def _in_queue(system: str, marker: str) -> int:
     if system == "htcondor":
         return realpools.condor_in_queue(f'BenchMarker == "{marker}"')
+    if system == "sge":
+        return realpools.sge_in_queue(name=marker)
     return realpools.slurm_in_queue(name=marker)
 
 
 def _remove(system: str, marker: str) -> None:
-    if system == "htcondor":
-        realpools.condor_remove(f'BenchMarker == "{marker}"')
-    else:
-        realpools.slurm_cancel(name=marker)
+    realpools.remove_named(system, marker)

@@ -6,7 +6,9 @@ returns those numbers with the post-match time (:mod:`benchmarks.postmatch`): fr
 system's first match to n workers connected. Every worker has one thread and 1 GiB.
 
 ``nanny``/``dashboard`` choose how the workers start: hybrid ships without either,
-dask-jobqueue with both; the like-for-like variants give each the other's.
+dask-jobqueue with both; the like-for-like variants give each the other's. hybrid runs with
+its default TLS (a temporary CA per cluster, made before the clock starts); ``tls=False``
+gives it plain TCP, as dask-jobqueue's clusters run.
 """
 
 from __future__ import annotations
@@ -64,28 +66,29 @@ def _match_of(system: str, ids: Callable[[], list[str]]) -> float | None:
 
 # --------------------------------------------------------------------------- hybrid
 def hybrid_once(system: str, n: int, staging: Path, *, nanny: bool = False,
-                dashboard: bool = False, settings: dict[str, Any] | None = None
-                ) -> dict[str, float]:
-    """One repetition with a :class:`hybrid.HybridCluster` of one pool on ``system``."""
+                dashboard: bool = False, tls: bool = True,
+                settings: dict[str, Any] | None = None) -> dict[str, float]:
+    """One repetition with a :class:`hybrid.HybridCluster` of one pool on ``system``
+    (``tls=False``: ``security=False``, plain TCP)."""
     from hybrid import HybridCluster
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
     config = {"hybrid.batch.staging-directory": str(staging),
               "hybrid.scheduler.host": "127.0.0.1", **(settings or {})}
     with dask.config.set(config):
-        cluster = HybridCluster(name=name, dashboard_address=None)
+        cluster = HybridCluster(name=name, dashboard_address=None,
+                                **({} if tls else {"security": False}))
         match = None
         try:
             cluster.add_pool("w", system=system, cores=1, memory="1 GiB", walltime="00:30",
                              nanny=nanny, worker_extra_args=["--dashboard"] if dashboard else [])
-            with Client(cluster.scheduler_address, set_as_default=False) as client:
+            with Client(cluster.scheduler_address, security=cluster.security,
+                        set_as_default=False) as client:
                 start = postmatch.now()
                 cluster.scale(n)
                 client.wait_for_workers(n, timeout=WAIT)
                 connected = postmatch.now()
-            match = _match_of(system, lambda: (
-                postmatch.condor_job_ids(f'{TAG} == "{name}"') if system == "htcondor"
-                else postmatch.slurm_job_ids(comment_prefix=f"{TAG}:{name}:")))
+            match = _match_of(system, lambda: _ids_hybrid(system, name))
         finally:
             closing = postmatch.now()
             cluster.close()
@@ -95,9 +98,19 @@ def hybrid_once(system: str, n: int, staging: Path, *, nanny: bool = False,
     return timings(start, connected, match, closing, closed, gone)
 
 
+def _ids_hybrid(system: str, cluster: str) -> list[str]:
+    if system == "htcondor":
+        return postmatch.condor_job_ids(f'{TAG} == "{cluster}"')
+    if system == "sge":
+        return postmatch.sge_job_ids(name_prefix=f"{TAG}-{cluster}-")
+    return postmatch.slurm_job_ids(comment_prefix=f"{TAG}:{cluster}:")
+
+
 def _in_queue_hybrid(system: str, cluster: str) -> int:
     if system == "htcondor":
         return realpools.condor_in_queue(f'{TAG} == "{cluster}"')
+    if system == "sge":
+        return realpools.sge_in_queue(name_prefix=f"{TAG}-{cluster}-")
     return realpools.slurm_in_queue(comment_prefix=f"{TAG}:{cluster}:")
 
 
@@ -135,6 +148,20 @@ def jobqueue_once(system: str, n: int, staging: Path, *, nanny: bool = True,
 
         make = lambda: HTCondorCluster(  # noqa: E731
             disk="1GiB", job_extra_directives={"My.BenchMarker": f'"{marker}"'}, **common)
+    elif system == "sge":
+        from dask_jobqueue import SGECluster
+
+        def in_queue() -> int:
+            return realpools.sge_in_queue(name=marker)
+
+        def ids() -> list[str]:
+            return postmatch.sge_job_ids(name=marker)
+
+        # the same request as hybrid's pool: one slot, mem_free=1 GiB, one output file
+        make = lambda: SGECluster(  # noqa: E731
+            queue=os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q"), walltime="00:30:00",
+            job_name=marker, resource_spec="mem_free=1G",
+            job_extra_directives=["-o /dev/null"], **common)
     else:
         from dask_jobqueue import SLURMCluster
 
@@ -163,8 +190,5 @@ def jobqueue_once(system: str, n: int, staging: Path, *, nanny: bool = True,
     try:
         gone = wait_until(lambda: in_queue() == 0, 120, "dask-jobqueue's jobs still queued")
     finally:
-        if system == "htcondor":
-            realpools.condor_remove(f'BenchMarker == "{marker}"')
-        else:
-            realpools.slurm_cancel(name=marker)
+        realpools.remove_named(system, marker)
     return timings(start, connected, match, closing, closed, gone)

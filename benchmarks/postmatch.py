@@ -10,7 +10,10 @@ first process the system starts for one of the jobs, both daemons on this machin
   shadow the schedd reuses for the next job of the same claim names the job it was started
   for: then the job's ``condor_starter -a SLOT``, which each job gets afresh, stands in);
 - Slurm: the job's ``slurmstepd: [JOBID.batch]``, which slurmd starts once the job is
-  allocated (array tasks have job ids of their own: ``squeue --format=%A``).
+  allocated (array tasks have job ids of their own: ``squeue --format=%A``);
+- Grid Engine: the task's ``sge_shepherd``, which sge_execd starts once the task is
+  dispatched; its command line names no job, its working directory does
+  (``.../active_jobs/JOB.TASK``).
 
 Both live while the job runs, so they are read right after the workers connected (outside
 the timed part). Process start times come from ``/proc/PID/stat`` in clock ticks since boot
@@ -57,6 +60,14 @@ def _processes() -> Iterable[tuple[str, str]]:
 _SHADOW = re.compile(r"^(?:\S*/)?condor_shadow (\d+\.\d+) ")
 _STARTER = re.compile(r"^(?:\S*/)?condor_starter .*-a (\S+)")
 _STEPD = re.compile(r"^slurmstepd: \[(\d+)\.batch\]")
+_SHEPHERD = re.compile(r"^(?:\S*/)?sge_shepherd\b")
+
+
+def _cwd_name(pid: str) -> str:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return ""
 
 
 def first_match(system: str, job_ids: Iterable[str]) -> float | None:
@@ -64,7 +75,8 @@ def first_match(system: str, job_ids: Iterable[str]) -> float | None:
     :func:`now`'s clock; ``None`` when none of their processes is found.
 
     ``job_ids``: HTCondor ``CLUSTER.PROC`` or ``CLUSTER.PROC@SLOT`` (the slot from the job's
-    ``RemoteHost``: :func:`condor_job_ids`); Slurm the job ids ``squeue --format=%A`` lists.
+    ``RemoteHost``: :func:`condor_job_ids`); Slurm the job ids ``squeue --format=%A`` lists;
+    Grid Engine ``JOB.TASK`` (:func:`sge_job_ids`).
     """
     wanted = {j.split("@", 1)[0] for j in job_ids}
     slots = {j.split("@", 2)[1] for j in job_ids if "@" in j}
@@ -74,6 +86,8 @@ def first_match(system: str, job_ids: Iterable[str]) -> float | None:
             shadow, starter = _SHADOW.match(line), _STARTER.match(line)
             ours = (shadow is not None and shadow.group(1) in wanted) or (
                 starter is not None and starter.group(1) in slots)
+        elif system == "sge":
+            ours = _SHEPHERD.match(line) is not None and _cwd_name(pid) in wanted
         else:
             stepd = _STEPD.match(line)
             ours = stepd is not None and stepd.group(1) in wanted
@@ -110,4 +124,23 @@ def slurm_job_ids(*, name: str | None = None, comment_prefix: str | None = None)
         if comment_prefix is not None and not comment.startswith(comment_prefix):
             continue
         ids.append(job_id.strip())
+    return ids
+
+
+def sge_job_ids(*, name: str | None = None, name_prefix: str | None = None) -> list[str]:
+    """``JOB.TASK`` of every task of the Grid Engine jobs of this name (or name prefix)."""
+    import subprocess
+    import xml.etree.ElementTree as ET
+
+    from hybrid.batch.sge import task_numbers
+
+    out = subprocess.run(["qstat", "-xml", "-g", "d", "-u", "*"], capture_output=True,
+                         text=True, timeout=60).stdout
+    ids = []
+    for entry in ET.fromstring(out).iter("job_list") if out.strip() else []:
+        job_name = entry.findtext("JB_name") or ""
+        if (name is not None and job_name == name) or (
+                name_prefix is not None and job_name.startswith(name_prefix)):
+            number = entry.findtext("JB_job_number")
+            ids += [f"{number}.{task}" for task in task_numbers(entry.findtext("tasks") or "1")]
     return ids

@@ -3,12 +3,15 @@
 Variants, each one repetition per configuration (system, n), interleaved:
 
 - ``hybrid`` (A): a :class:`hybrid.HybridCluster` with one pool on the system, its defaults
-  (no nanny, no worker dashboard; on HTCondor the job's files are spooled and transferred).
-- ``hybrid with nanny``: the same with a nanny and a dashboard per worker, as dask-jobqueue's.
+  (TLS with client certificates, a temporary CA made for each cluster; no nanny, no worker
+  dashboard; on HTCondor the job's files are spooled and transferred).
+- ``hybrid (plain TCP)``: the same with ``security=False``: what TLS costs.
+- ``hybrid with nanny``: the same as ``hybrid`` with a nanny and a dashboard per worker, as
+  dask-jobqueue's.
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
   pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
-- ``dask-jobqueue`` (D): ``HTCondorCluster`` / ``SLURMCluster`` with its defaults (a nanny and
-  a dashboard per worker).
+- ``dask-jobqueue`` (D): ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with its
+  defaults (a nanny and a dashboard per worker).
 - ``dask-jobqueue without nanny``: the same with ``nanny=False`` and ``--no-dashboard``, as
   hybrid's.
 - ``floor: bare-worker jobs`` (B) and ``floor: batch start`` (C): :mod:`benchmarks.floors`.
@@ -43,7 +46,7 @@ class Variant:
 
     name: str
     run: Callable[[str, int, Path], dict[str, float]]
-    systems: tuple[str, ...] = ("htcondor", "slurm")
+    systems: tuple[str, ...] = ("htcondor", "slurm", "sge")
     #: What it needs besides the pool: "dask-jobqueue", or "shared" (on HTCondor, the pool's
     #: shared directory: a job directory the jobs see at this host's path).
     needs: str | None = None
@@ -51,6 +54,7 @@ class Variant:
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("hybrid", launchers.hybrid_once),
+    Variant("hybrid (plain TCP)", lambda s, n, d: launchers.hybrid_once(s, n, d, tls=False)),
     Variant("hybrid with nanny", lambda s, n, d: launchers.hybrid_once(
         s, n, d, nanny=True, dashboard=True)),
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
@@ -113,8 +117,7 @@ def run(results: Results, systems: list[str], sizes: list[int], repeats: int,
     """Every (system, n, variant), ``repeats`` times, interleaved."""
     available = []
     for system in systems:
-        problem = (realpools.htcondor_problem() if system == "htcondor"
-                   else realpools.slurm_problem())
+        problem = realpools.problem(system)
         if problem:
             results.skip(f"scale-up ({system})", problem)
         else:

@@ -64,7 +64,7 @@ def goals(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.timeout(600)
 def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cluster,
                                                          tmp_path):
-    data = run_benchmark("scale-up", tmp_path, timeout=580)
+    data = run_benchmark("scale-up", tmp_path, "--systems", "htcondor", "slurm", timeout=580)
     seen = variants(data, "scale-up")
     for system in ("htcondor", "slurm"):
         for variant in NAMES:
@@ -122,7 +122,7 @@ def test_scale_up_order_really_rotates():
 @pytest.mark.slurm
 def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slurm_cluster,
                                                               tmp_path):
-    data = run_benchmark("submit", tmp_path)
+    data = run_benchmark("submit", tmp_path, "--systems", "htcondor", "slurm")
     assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
                                         for v in ("hybrid", "dask-jobqueue")} | {
         ("htcondor", "n=20", "hybrid shared fs")}
@@ -147,11 +147,43 @@ def test_reschedule_measures_both_arms_in_an_idle_and_a_busy_queue(htcondor_pool
 @pytest.mark.slurm
 def test_reconcile_polls_with_the_history_and_matches_names(htcondor_pool, slurm_cluster,
                                                             tmp_path):
-    data = run_benchmark("reconcile", tmp_path)
+    data = run_benchmark("reconcile", tmp_path, "--systems", "htcondor", "slurm")
     for system in ("htcondor", "slurm"):
         assert variants(data, "reconcile") >= {
             (system, "100 jobs", v) for v in ("poll (history)", "poll", "match 1000 workers",
                                               "close")}
+
+
+@pytest.mark.sge
+@pytest.mark.timeout(600)
+def test_grid_engine_scale_up_beside_sgecluster_on_the_same_cell(sge_cell, tmp_path):
+    data = run_benchmark("scale-up", tmp_path, "--systems", "sge", timeout=580)
+    seen = variants(data, "scale-up")
+    for variant in NAMES:
+        if variant == "hybrid shared fs":
+            assert ("sge", "n=2", variant) not in seen
+            continue
+        assert ("sge", "n=2", variant) in seen, (variant, seen)
+        # the post-match time from the first task's sge_shepherd
+        assert ("sge", "n=2", variant) in variants(data, "post-match"), variant
+    for benchmark in ("close", "queue empty after close"):
+        assert {("sge", "n=2", v) for v in ("hybrid", "dask-jobqueue")} <= variants(
+            data, benchmark)
+    for m in data["measures"]:
+        if m["benchmark"] == "scale-up" and m["samples"]:
+            total, = m["samples"]
+            part, = m["extra"]["post-match"]
+            assert 0 < part <= total, m
+
+
+@pytest.mark.sge
+def test_grid_engine_submit_and_reconcile(sge_cell, tmp_path):
+    data = run_benchmark("submit", tmp_path, "--systems", "sge")
+    assert variants(data, "submit") == {("sge", "n=20", v) for v in ("hybrid", "dask-jobqueue")}
+    data = run_benchmark("reconcile", tmp_path, "--systems", "sge")
+    assert variants(data, "reconcile") >= {
+        ("sge", "100 jobs", v) for v in ("poll (history)", "poll", "match 1000 workers",
+                                         "close")}
 
 
 def test_annotation_measures_both_graphs_annotated_and_not(tmp_path):
@@ -165,11 +197,21 @@ def test_annotation_measures_both_graphs_annotated_and_not(tmp_path):
 def test_md_workload_runs_annotated_and_not(tmp_path):
     """On this machine (no GPU) the P5 workload runs on OpenMM's CPU platform: the code is
     exercised, and P5 says it was not measured."""
-    data = run_benchmark("gpu-md", tmp_path, "--md-on-cpu")
+    raw_path = tmp_path / "gpu-raw.json"
+    data = run_benchmark("gpu-md", tmp_path, "--md-on-cpu", "--gpu-json", str(raw_path))
     found = {variant for _, _, variant in variants(data, "gpu-md")}
-    assert {"annotated: makespan", "not annotated: makespan"} <= found
+    assert {"one simulation alone: ns/day", "annotated, default: makespan",
+            "annotated, no sharing: makespan", "annotated, time-sliced x2: makespan",
+            "time-sliced, 2 at once: ns/day", "not annotated: makespan"} <= found
     on_gpu = any(system == "local GPU" for system, _, _ in variants(data, "gpu-md"))
-    assert (goals(data)["P5"][0]["met"] is not None) == on_gpu
+    for goal in ("P5", "P8", "P9", "P10"):
+        assert (goals(data)[goal][0]["met"] is not None) == on_gpu
+    raw = json.loads(raw_path.read_text())
+    runs = [phase for phase in raw["phases"] if "simulations" in phase]
+    assert runs and all(len(run["simulations"]) == 2 for run in runs)  # where each one ran
+    if not raw["mps"][0]:  # no MPS here: the MPS settings are reported as not measured
+        assert {s["what"] for s in raw["skipped"]} == {"MPS processes: ns/day",
+                                                      "MPS threads: ns/day"}
 
 
 def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
@@ -183,7 +225,8 @@ def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
     assert result.returncode == 0, result.stderr[-4000:]
     annotated, plain = json.loads(result.stdout)
     assert (annotated["annotated"], plain["annotated"]) == (True, False)
-    assert annotated["workers"] == {"simulation": {"gpu-0": 2}, "packing": {"cpu-0": 1}}
+    assert annotated["workers"] == {"simulation": {"gpu-0": 2}, "packing": {"cpu-0": 1},
+                                    "preparation": {"cpu-0": 1}}
     for run in (annotated, plain):
         assert run["platforms"] == {"CPU": 2}
         assert len(run["ns_per_day"]) == 2 and all(v > 0 for v in run["ns_per_day"])
