@@ -75,9 +75,7 @@ def bare_worker_jobs(system: str, n: int) -> dict[str, float]:
             closing = postmatch.now()
             _remove(system, marker)
             closed = postmatch.now()
-        gone = wait_until(lambda: _in_queue(system, marker) == 0, 120,
-                          "the floor's jobs still in the queue")
-        return timings(start, connected, match, closing, closed, gone)
+        return timings(start, connected, match, closing, closed, _gone(system, marker))
     finally:
         _remove(system, marker)
         shutil.rmtree(directory, ignore_errors=True)
@@ -160,15 +158,28 @@ def batch_start(system: str, n: int) -> dict[str, float]:
         closing = postmatch.now()
         _remove(system, marker)
         closed = postmatch.now()
-        gone = wait_until(lambda: _in_queue(system, marker) == 0, 120,
-                          "the floor's jobs still in the queue")
-        return timings(start, last, match, closing, closed, gone)
+        return timings(start, last, match, closing, closed, _gone(system, marker))
     finally:
         _remove(system, marker)
         shutil.rmtree(stamps, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- jobs
+def _gone(system: str, marker: str) -> float:
+    """When the removed jobs left the queue; NaN past 120 s. The floors are measured for
+    their start, not their removal: a job the batch system is slow to take down (on the CI
+    HTCondor pool, now and then a starter that never signals its job after a removal, so the
+    job leaves only after the startd's vacate timeout) costs this number, not the sample."""
+    import math
+
+    try:
+        return wait_until(lambda: _in_queue(system, marker) == 0, 120,
+                          "the floor's jobs still in the queue")
+    except TimeoutError as error:
+        from benchmarks.harness import log
+
+        log(f"floor ({system}): {error}; its start is kept, its removal time is not")
+        return math.nan
 def _ids(system: str, marker: str) -> list[str]:
     if system == "htcondor":
         return postmatch.condor_job_ids(f'BenchMarker == "{marker}"')
