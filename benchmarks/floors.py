@@ -35,6 +35,11 @@ WORKER_OPTIONS = ["--nthreads", "1", "--memory-limit", str(2**30), "--no-nanny",
                   "--no-dashboard", "--death-timeout", "60"]
 
 
+#: As hybrid's HTCondor jobs (``hybrid.batch.htcondor.job-max-vacate-time``): a removed job
+#: is killed 10 s after its SIGTERM at the latest, not after the pool's default 10 minutes.
+_VACATE = {"job_max_vacate_time": "10"}
+
+
 def _partition() -> str:
     return os.environ.get("HYBRID_CI_SLURM_PARTITION", "debug")
 
@@ -91,7 +96,7 @@ def _condor_bare_workers(address: str, n: int, marker: str, directory: Path) -> 
         "initialdir": str(directory), "should_transfer_files": "NO",
         "output": "/dev/null", "error": "/dev/null",
         "request_cpus": "1", "request_memory": "1024", "My.BenchMarker": f'"{marker}"',
-        "leave_in_queue": "false"}), count=n)
+        "leave_in_queue": "false", **_VACATE}), count=n)
 
 
 def _slurm_bare_workers(address: str, n: int, marker: str, directory: Path) -> None:
@@ -132,7 +137,8 @@ def batch_start(system: str, n: int) -> dict[str, float]:
                 "initialdir": str(stamps), "should_transfer_files": "NO",
                 "output": "/dev/null", "error": "/dev/null",
                 "request_cpus": "1", "request_memory": "1024",
-                "My.BenchMarker": f'"{marker}"', "leave_in_queue": "false"}), count=n)
+                "My.BenchMarker": f'"{marker}"', "leave_in_queue": "false",
+                **_VACATE}), count=n)
         elif system == "sge":
             _sge_submit(n, marker, stamps,
                         f"sh -c 'date +%s.%N > {stamps}/$SGE_TASK_ID.tmp && mv "

@@ -1,7 +1,7 @@
 """What running without a nanny (hybrid's default) costs, and what it does not (issue 20).
 
 ``client.restart()`` and ``client.restart_workers()`` work on every pool kind: the local
-pool, the REAL HTCondor pool and Slurm, and the executing PBS and LSF TEST DOUBLES
+pool, the REAL HTCondor pool, Slurm and Grid Engine, and the executing PBS and LSF TEST DOUBLES
 (tests/batch/doubles; Kubernetes: tests/kubernetes/test_k8s_restart.py). Without a nanny a
 restarted worker's job ends and the pool replaces it; with a nanny the worker restarts inside
 its job.
@@ -62,7 +62,7 @@ def doubles(tmp_path, monkeypatch) -> Iterator[None]:
 
 def options(kind: str) -> dict:
     """Pool options a job of ``kind`` needs here."""
-    if kind in ("slurm", "pbs", "lsf"):
+    if kind in ("slurm", "pbs", "lsf", "sge"):
         return {"walltime": "00:15"}
     return {}
 
@@ -71,10 +71,12 @@ def options(kind: str) -> dict:
     "local", "pbs", "lsf",
     pytest.param("slurm", marks=pytest.mark.slurm),
     pytest.param("htcondor", marks=pytest.mark.htcondor),
+    pytest.param("sge", marks=pytest.mark.sge),
 ])
 def test_restart_without_a_nanny_refills_the_pool(kind, request, staging, doubles) -> None:
-    if kind in ("slurm", "htcondor"):
-        request.getfixturevalue({"slurm": "slurm_cluster", "htcondor": "htcondor_pool"}[kind])
+    if kind in ("slurm", "htcondor", "sge"):
+        request.getfixturevalue({"slurm": "slurm_cluster", "htcondor": "htcondor_pool",
+                                 "sge": "sge_cell"}[kind])
     with dask.config.set(QUICK), HybridCluster() as cluster:
         cluster.add_pool("w", kind, nanny=False, **options(kind))
         check_restarts(cluster, "w", nanny=False)
@@ -92,12 +94,13 @@ def test_restart_with_a_nanny_restarts_inside_the_jobs(kind, request, staging) -
 
 
 @pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
-@pytest.mark.parametrize("kind", ["local", "lsf", pytest.param("slurm", marks=pytest.mark.slurm)])
+@pytest.mark.parametrize("kind", ["local", "lsf", pytest.param("slurm", marks=pytest.mark.slurm),
+                                  pytest.param("sge", marks=pytest.mark.sge)])
 def test_a_worker_over_its_memory_limit_is_killed_and_replaced(kind, nanny, request,
                                                                staging, doubles) -> None:
     """(The LSF double runs job scripts with /bin/sh, as some sites do: the watch is POSIX.)"""
-    if kind == "slurm":
-        request.getfixturevalue("slurm_cluster")
+    if kind in ("slurm", "sge"):
+        request.getfixturevalue({"slurm": "slurm_cluster", "sge": "sge_cell"}[kind])
     settings = {**QUICK, "distributed.scheduler.allowed-failures": 0}
     with dask.config.set(settings), HybridCluster() as cluster:
         cluster.add_pool("w", kind, nanny=nanny, memory="400 MiB", **options(kind))
