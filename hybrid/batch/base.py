@@ -237,7 +237,9 @@ class BatchSystem(abc.ABC):
         tls = self.job_paths(staging) if job.connection.tls is not None else None
         hhmm = self.walltime(job)
         worker, worker_mps = worker_commands(job.spec, job.connection, tls)
-        watch = memory_watch(job.spec, job.connection)
+        # a nanny watches the memory where the command has one (GPU sharing's processes too)
+        nannies = any("--nanny" in c.arguments for c in (worker, worker_mps) if c is not None)
+        watch = None if nannies else memory_watch(job.spec, job.connection)
         return {
             "job": job,
             "spec": job.spec,
