@@ -22,11 +22,11 @@ import tempfile
 import time
 import traceback
 
-from benchmarks import annotation, gpu, reconcile, scaleup, submit
+from benchmarks import annotation, gpu, reconcile, reschedule, scaleup, submit
 from benchmarks.goals import evaluate
 from benchmarks.harness import Results, goal_table, log, machine, table
 
-BENCHMARKS = ("scale-up", "submit", "annotation", "reconcile", "gpu-md")
+BENCHMARKS = ("scale-up", "submit", "reschedule", "annotation", "reconcile", "gpu-md")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,16 +36,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS),
                    help="run only these benchmarks")
     p.add_argument("--quick", action="store_true",
-                   help="one small configuration of each, once (what the test suite runs)")
+                   help="one small configuration of each, once, without the scale-up's random "
+                   "pauses (what the test suite runs)")
     p.add_argument("--repeats", type=int, help="repetitions of every measure (default 5; "
                    "quick: 1)")
     p.add_argument("--systems", nargs="+", choices=("htcondor", "slurm", "sge"),
                    default=["htcondor", "slurm", "sge"])
     p.add_argument("--sizes", nargs="+", type=int, help="scale-up sizes (default 1 4 16)")
-    p.add_argument("--variants", nargs="+", choices=scaleup.VARIANTS,
-                   default=list(scaleup.VARIANTS), help="scale-up variants")
+    p.add_argument("--variants", nargs="+", choices=scaleup.NAMES,
+                   default=list(scaleup.NAMES), metavar="VARIANT",
+                   help="scale-up variants (default: all): " + ", ".join(
+                       f"'{name}'" for name in scaleup.NAMES))
+    p.add_argument("--seed", type=int, help="seed of the random pauses before HTCondor "
+                   "scale-ups (a random phase of the negotiation cycle)")
     p.add_argument("--submit-workers", type=int, help="workers of the submit benchmark "
                    "(default 1000)")
+    p.add_argument("--reschedule-samples", type=int, help="samples per arm and queue of the "
+                   "reschedule benchmark (default 40; quick: 1)")
     p.add_argument("--reconcile-jobs", type=int, help="tracked jobs (default 10000)")
     p.add_argument("--tasks", type=int, help="tasks of the annotation graphs (default 2000)")
     p.add_argument("--md-on-cpu", action="store_true",
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     quick = args.quick
     repeats = args.repeats or (1 if quick else 5)
-    sizes = args.sizes or ([1, 2] if quick else [1, 4, 16])
+    sizes = args.sizes or ([2] if quick else [1, 4, 16])
     results = Results(machine=machine())
     results.settings = {"argv": sys.argv[1:] if argv is None else argv, "repeats": repeats,
                         "sizes": sizes, "quick": quick}
@@ -74,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     if load > 0.5:
         log(f"the load average is {load:.2f}: something else runs here, numbers will be noisy")
     plan = {
-        "scale-up": lambda: scaleup.run(results, args.systems, sizes, repeats, args.variants),
+        "scale-up": lambda: scaleup.run(results, args.systems, sizes, repeats, args.variants,
+                                        jitter=not quick, seed=args.seed),
         "submit": lambda: submit.run(results, args.systems,
                                      args.submit_workers or (20 if quick else 1000), repeats),
+        "reschedule": lambda: reschedule.run(
+            results, args.reschedule_samples or (1 if quick else 40), seed=args.seed),
         "annotation": lambda: annotation.run(results, args.tasks or (200 if quick else 2000),
                                              repeats),
         "reconcile": lambda: reconcile.run(results, args.systems,
@@ -124,7 +134,11 @@ def report(results: Results) -> str:
              + f", Python {m['python']}; "
              + ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
              + f". Load average before: {m['load_average'][0]:.2f}; {m.get('seconds')} s.",
-             "", table(results), "", goal_table(results.goals)]
+             ""]
+    for text in (scaleup.summary(results), scaleup.parts(results)):
+        if text:
+            lines += [text, ""]
+    lines += [table(results), "", goal_table(results.goals)]
     if results.skips:
         lines += ["", "Skipped:"] + [f"- {s.benchmark}: {s.why}" for s in results.skips]
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The goals of issue 14 (P1-P7) and issue 26 (P8-P10), checked against one run's measures."""
+"""The goals of issue 14 (P1-P7), issue 26 (P8-P10), issue 27 (F1: the floor) and issue 20
+(L1: like for like, H1: HTCondor on a shared filesystem), checked against one run's measures."""
 
 from __future__ import annotations
 
@@ -6,26 +7,32 @@ from benchmarks.harness import Goal, Measure, Results, fmt, ratio
 
 #: The variant each benchmark's ratios are taken against.
 ANCHORS = {"scale-up": "dask-jobqueue", "submit": "dask-jobqueue", "close": "dask-jobqueue",
-           "queue empty after close": "dask-jobqueue", "annotation": "not annotated"}
+           "queue empty after close": "dask-jobqueue", "annotation": "not annotated",
+           "post-match": "floor: bare-worker jobs", "reschedule": "submit",
+           "until the first match": "floor: bare-worker jobs"}
 
 
 def _missing(goal: str, text: str, why: str) -> Goal:
     return Goal(goal, text, "-", None, why)
 
 
+def _sizes(results: Results, system: str) -> list[str]:
+    return sorted({m.config for m in results.measures
+                   if m.benchmark == "scale-up" and m.system == system},
+                  key=lambda c: int(c.split("=")[1]))
+
+
 def scale_goals(results: Results, system: str, goal: str) -> list[Goal]:
-    """P1 (HTCondor) / P3 (Slurm): 0.6x dask-jobqueue and 1.2x the floor at n=16, never
-    slower than dask-jobqueue at any n."""
+    """P1 (HTCondor) / P3 (Slurm): 0.6x dask-jobqueue and 1.2x the floor (bare-worker jobs)
+    at n=16, never slower than dask-jobqueue at any n."""
     out = []
-    sizes = sorted({m.config for m in results.measures
-                    if m.benchmark == "scale-up" and m.system == system},
-                   key=lambda c: int(c.split("=")[1]))
+    sizes = _sizes(results, system)
     if not sizes:
         return [_missing(goal, f"{system} scale-up", "not run: see the skips")]
     for config in sizes:
         ours = results.find("scale-up", system, config, "hybrid")
         anchor = results.find("scale-up", system, config, "dask-jobqueue")
-        floor = results.find("scale-up", system, config, "floor")
+        floor = results.find("scale-up", system, config, FLOOR)
         vs_anchor, vs_floor = ratio(ours, anchor), ratio(ours, floor)
         if config == "n=16":
             text = f"{system} {config}: <= 0.6x dask-jobqueue and <= 1.2x the floor"
@@ -37,6 +44,65 @@ def scale_goals(results: Results, system: str, goal: str) -> list[Goal]:
         value = (f"{_x(vs_anchor)} dask-jobqueue, {_x(vs_floor)} floor")
         out.append(Goal(goal, text, value, met,
                         "" if met is not None else "a variant did not run"))
+    return out
+
+
+#: The floor every launcher is held to (issue 27's B).
+FLOOR = "floor: bare-worker jobs"
+
+
+def floor_goals(results: Results, system: str) -> list[Goal]:
+    """Issue 27: hybrid within 5 % of the floor B post-match (from the first match to n
+    workers connected) at every n. On HTCondor the floor reads no file, so hybrid's
+    like-for-like mode is ``hybrid shared fs``; its default (spool and transfer) is shown too."""
+    out = []
+    variants = ["hybrid shared fs", "hybrid"] if system == "htcondor" else ["hybrid"]
+    for config in _sizes(results, system):
+        floor = results.find("post-match", system, config, FLOOR)
+        for variant in variants:
+            r = ratio(results.find("post-match", system, config, variant), floor)
+            raw = ratio(results.find("scale-up", system, config, variant),
+                        results.find("scale-up", system, config, FLOOR))
+            text = f"{system} {config}: {variant} <= 1.05x the floor post-match"
+            if variant == "hybrid" and system == "htcondor":
+                text += " (spool and transfer: the default off a shared filesystem)"
+            out.append(Goal("F1", text, f"{_x(r)} post-match, {_x(raw)} from submit",
+                            None if r is None else r <= 1.05,
+                            "" if r is not None else "a variant or its match did not run"))
+    return out
+
+
+def like_for_like_goals(results: Results, system: str) -> list[Goal]:
+    """Issue 20: hybrid and dask-jobqueue started the same way (both with a nanny and a
+    dashboard, both without): <= 0.8x at n=16, <= 1.0x at n=1, 4."""
+    from benchmarks.scaleup import LIKE_FOR_LIKE
+
+    out = []
+    for config in _sizes(results, system):
+        limit = 0.8 if config == "n=16" else 1.0
+        for ours, theirs in LIKE_FOR_LIKE:
+            r = ratio(results.find("scale-up", system, config, ours),
+                      results.find("scale-up", system, config, theirs))
+            out.append(Goal("L1", f"{system} {config}: {ours} <= {limit}x {theirs}", _x(r),
+                            None if r is None else r <= limit,
+                            "" if r is not None else "a variant did not run"))
+    return out
+
+
+def shared_goals(results: Results) -> list[Goal]:
+    """Issue 20: on HTCondor with a shared filesystem, n=1 <= 1.0x dask-jobqueue and 1000
+    submissions < 0.5 s."""
+    r = ratio(results.find("scale-up", "htcondor", "n=1", "hybrid shared fs"),
+              results.find("scale-up", "htcondor", "n=1", "dask-jobqueue"))
+    out = [Goal("H1", "htcondor n=1: hybrid shared fs <= 1.0x dask-jobqueue", _x(r),
+                None if r is None else r <= 1.0, "" if r is not None else "not run")]
+    submits = [m for m in results.measures if m.benchmark == "submit"
+               and m.system == "htcondor" and m.variant == "hybrid shared fs"]
+    median = submits[-1].median() if submits else None
+    config = submits[-1].config.replace("n=", "") if submits else "1000"
+    out.append(Goal("H1", f"htcondor: submit {config} workers, files read in place, < 0.5 s",
+                    f"{fmt(median)} s", None if median is None else median < 0.5,
+                    "" if median is not None else "not run"))
     return out
 
 
@@ -151,9 +217,24 @@ def gpu_goal(results: Results) -> list[Goal]:
     ]
 
 
+def reschedule_goal(results: Results) -> list[Goal]:
+    """Issue 27: reschedule after submit only if it starts jobs sooner, idle queue and busy."""
+    out = []
+    for queue in ("idle queue", "busy queue"):
+        r = ratio(results.find("reschedule", "htcondor", queue, "submit + reschedule"),
+                  results.find("reschedule", "htcondor", queue, "submit"))
+        out.append(Goal("R1", f"htcondor, {queue}: submit + reschedule starts a job sooner "
+                        "than submit alone (median < 1.0x)", _x(r),
+                        None if r is None else r < 1.0, "" if r is not None else "not run"))
+    return out
+
+
 def evaluate(results: Results) -> list[Goal]:
     """Every goal's verdict."""
     goals = [*scale_goals(results, "htcondor", "P1"), *scale_goals(results, "slurm", "P3")]
+    for system in ("htcondor", "slurm"):
+        goals += floor_goals(results, system) + like_for_like_goals(results, system)
+    goals += shared_goals(results) + reschedule_goal(results)
     goals += [submit_goal(results, s) for s in ("htcondor", "slurm")]
     goals += [close_goal(results, s) for s in ("htcondor", "slurm")]
     goals += annotation_goal(results) + reconcile_goal(results) + gpu_goal(results)

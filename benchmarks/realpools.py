@@ -6,6 +6,11 @@ dask-jobqueue's HTCondorCluster calls ``condor_submit``/``condor_rm``; on this m
 tools live only inside the pool's chroot, so :func:`condor_tools` puts two small shims on
 ``PATH`` that run the pool's own tools there, as the pool's job user (what a submit node
 would run).
+
+The pool also has a shared filesystem, as sites do: ``$HYBRID_CONDOR_SHARED_DIR`` is the same
+directory at the same path on this host and inside the pool. What a site's user does there
+(submit jobs that read their files in place) runs as the pool's job user: :func:`as_pool_user`
+(the schedd runs no job as root, so root's private files are no job's to read).
 """
 
 from __future__ import annotations
@@ -126,6 +131,90 @@ def condor_tools() -> Iterator[Path]:
         os.environ["PATH"] = old
         shutil.rmtree(shims, ignore_errors=True)
         shutil.rmtree(inbox, ignore_errors=True)
+
+
+def pool_user() -> tuple[int, int]:
+    """uid and gid of the HTCondor pool's job user (the owner of its home in the chroot)."""
+    home = Path(os.environ["HYBRID_CONDOR_CHROOT"]) / "home" / os.environ.get(
+        "HYBRID_CONDOR_JOB_USER", "hybridjob")
+    info = home.stat()
+    return info.st_uid, info.st_gid
+
+
+def shared_dir() -> Path | None:
+    """The HTCondor pool's shared directory (``HYBRID_CONDOR_SHARED_DIR``, else the bring-up
+    script's place for it, ``$HYBRID_CONDOR_STATE/shared``), if it is mounted in the pool."""
+    given = os.environ.get("HYBRID_CONDOR_SHARED_DIR")
+    state = os.environ.get("HYBRID_CONDOR_STATE")
+    chroot = os.environ.get("HYBRID_CONDOR_CHROOT")
+    path = Path(given) if given else Path(state) / "shared" if state else None
+    if path is None or not path.is_dir() or not chroot:
+        return None
+    inside = chroot + str(path.resolve())
+    with open("/proc/mounts") as mounts:  # a bind mount: same device, os.path.ismount misses it
+        mounted = any(line.split()[1].encode().decode("unicode_escape") == inside
+                      for line in mounts if len(line.split()) > 1)
+    return path if mounted else None
+
+
+def shared_home() -> Path:
+    """A new directory of the pool's job user in the pool's shared filesystem (0700).
+    Remove it with :func:`shutil.rmtree` (as root) when done."""
+    shared = shared_dir()
+    if shared is None:
+        raise RuntimeError("the HTCondor pool has no shared directory: re-run "
+                           "`bash ci/htcondor/up.sh $PWD/.venv` (it adds one)")
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=shared))
+    os.chown(home, *pool_user())
+    return home
+
+
+def as_pool_user(argv: list[str], home: Path, env: dict[str, str] | None = None) -> list[str]:
+    """``argv`` run as the pool's job user, the way a site's user runs on a submit node, with
+    ``HOME=home`` and only the environment a client needs (``CONDOR_CONFIG``, ``PATH``,
+    ``PYTHONPATH``). The process keeps one capability, to search directories it could not
+    otherwise (this machine's python lives under root's 0700 home); the files it writes are
+    the job user's, and the jobs run as that user without it."""
+    uid, gid = pool_user()
+    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8",
+                   "CONDOR_CONFIG": os.environ["CONDOR_CONFIG"],
+                   "PYTHONPATH": os.pathsep.join(
+                       p for p in (str(Path(__file__).resolve().parents[1]),
+                                   os.environ.get("PYTHONPATH")) if p),
+                   **(env or {})}
+    return ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--",
+            "env", "-i", *(f"{k}={v}" for k, v in environment.items()), *argv]
+
+
+def shared_problem() -> str | None:
+    """Why the HTCondor pool's shared filesystem cannot be used (``None``: it can)."""
+    if shared_dir() is None:
+        return ("the HTCondor pool has no shared directory mounted: re-run "
+                "`bash ci/htcondor/up.sh $PWD/.venv`, which adds one")
+    if shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is missing: it runs the pool user's process"
+    return None
+
+
+def run_as_pool_user(benchmark: str, n: int, timeout: float) -> dict[str, float]:
+    """One repetition of ``benchmark`` (``scale-up``/``submit``) of hybrid with
+    ``job_files: shared``, run by the pool's job user in a home of its own in the shared
+    filesystem (:mod:`benchmarks._pool_user`); its numbers."""
+    import json
+    import sys
+
+    home = shared_home()
+    try:
+        argv = [sys.executable, "-m", "benchmarks._pool_user", benchmark, str(n),
+                str(home / "jobs"), str(shared_dir())]
+        result = subprocess.run(as_pool_user(argv, home), cwd=Path(__file__).resolve().parents[1],
+                                capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"the pool user's run failed: {result.stderr.strip()[-600:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def condor_in_queue(constraint: str) -> int:

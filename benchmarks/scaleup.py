@@ -1,250 +1,120 @@
-"""P1, P3, P7: ``scale(n)`` -> ``client.wait_for_workers(n)``, then ``close()``, per system.
+"""P1, P3, P7 and issue 27: ``scale(n)`` -> ``client.wait_for_workers(n)``, per system.
 
-Four variants, interleaved in every repetition (their order rotates):
+Variants, each one repetition per configuration (system, n), interleaved:
 
-- ``hybrid``: a :class:`hybrid.HybridCluster` with one pool on the system, its defaults
-  (TLS with client certificates, a temporary CA made for each cluster).
+- ``hybrid`` (A): a :class:`hybrid.HybridCluster` with one pool on the system, its defaults
+  (TLS with client certificates, a temporary CA made for each cluster; no nanny, no worker
+  dashboard; on HTCondor the job's files are spooled and transferred).
 - ``hybrid (plain TCP)``: the same with ``security=False``: what TLS costs.
-- ``dask-jobqueue``: ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with theirs (nanny
-  included).
-- ``floor``: what no launcher can beat on this pool: the pool's own time to start n trivial
-  jobs (submitted in one transaction; each writes a time stamp when it starts) plus the time
-  n bare workers (``python -m distributed.cli.dask_worker ADDRESS --no-nanny``) started
-  directly on this machine take to connect.
+- ``hybrid with nanny``: the same as ``hybrid`` with a nanny and a dashboard per worker, as
+  dask-jobqueue's.
+- ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
+  pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
+- ``dask-jobqueue`` (D): ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with its
+  defaults (a nanny and a dashboard per worker).
+- ``dask-jobqueue without nanny``: the same with ``nanny=False`` and ``--no-dashboard``, as
+  hybrid's.
+- ``floor: bare-worker jobs`` (B) and ``floor: batch start`` (C): :mod:`benchmarks.floors`.
 
-Every worker has one thread and 1 GiB. Beside each scale-up time the launchers' rows record
-``close`` (how long ``close()`` took) and ``gone`` (from ``close()`` returning until none of
-the cluster's jobs is in the queue any more, asked of the batch system itself).
+Every worker has one thread and 1 GiB. Each repetition records, beside the scale-up time,
+``match`` (submit to the batch system's first match) and ``post-match`` (that match to n
+workers connected: :mod:`benchmarks.postmatch`), ``close`` and ``gone`` (from ``close()``
+returning until the batch system lists none of the jobs).
+
+The order of the variants rotates by one from each configuration to the next
+(:func:`schedule`), and on HTCondor each repetition starts after a random pause of up to one
+negotiation cycle, so no variant always meets the same phase of the batch system's cycles.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import contextlib
+import random
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import dask
-from distributed import Client
-
-from benchmarks import realpools
+from benchmarks import floors, launchers, realpools
 from benchmarks.harness import Results, log, repeat, rotated
 
-#: How long one repetition may wait for its workers.
-WAIT = 180
-#: The packaged tag of hybrid's jobs (``hybrid.batch.tag``).
-TAG = "HybridCluster"
+
+@dataclass(frozen=True)
+class Variant:
+    """One way of getting n workers."""
+
+    name: str
+    run: Callable[[str, int, Path], dict[str, float]]
+    systems: tuple[str, ...] = ("htcondor", "slurm", "sge")
+    #: What it needs besides the pool: "dask-jobqueue", or "shared" (on HTCondor, the pool's
+    #: shared directory: a job directory the jobs see at this host's path).
+    needs: str | None = None
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str,
-               pause: float = 0.02) -> float:
-    """Poll ``predicate`` until it holds; the time.perf_counter() when it did."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return time.perf_counter()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} after {timeout:g} s")
-        time.sleep(pause)
+VARIANTS: tuple[Variant, ...] = (
+    Variant("hybrid", launchers.hybrid_once),
+    Variant("hybrid (plain TCP)", lambda s, n, d: launchers.hybrid_once(s, n, d, tls=False)),
+    Variant("hybrid with nanny", lambda s, n, d: launchers.hybrid_once(
+        s, n, d, nanny=True, dashboard=True)),
+    Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
+    Variant("dask-jobqueue", launchers.jobqueue_once, needs="dask-jobqueue"),
+    Variant("dask-jobqueue without nanny", lambda s, n, d: launchers.jobqueue_once(
+        s, n, d, nanny=False, dashboard=False), needs="dask-jobqueue"),
+    Variant("floor: bare-worker jobs", lambda s, n, d: floors.bare_worker_jobs(s, n),
+            needs="shared"),
+    Variant("floor: batch start", lambda s, n, d: floors.batch_start(s, n), needs="shared"),
+)
+#: The variants' names, in the order of the tables.
+NAMES = tuple(v.name for v in VARIANTS)
+#: Like-for-like pairs: (hybrid's variant, dask-jobqueue's variant started the same way).
+LIKE_FOR_LIKE = (("hybrid with nanny", "dask-jobqueue"),
+                 ("hybrid", "dask-jobqueue without nanny"))
 
 
-# --------------------------------------------------------------------------- hybrid
-def hybrid_once(system: str, n: int, staging: Path, tls: bool = True) -> dict[str, float]:
-    """One repetition with hybrid: scale-up, close, queue empty (``tls=False``: plain TCP;
-    the cluster's start, with its certificate, is not timed either way)."""
-    from hybrid import HybridCluster
+def schedule(systems: list[str], sizes: list[int], repeats: int,
+             variants: dict[str, list[str]]) -> Iterator[tuple[int, str, int, str]]:
+    """(repetition, system, n, variant) in the order they run.
 
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    settings = {"hybrid.batch.staging-directory": str(staging),
-                "hybrid.scheduler.host": "127.0.0.1"}
-    with dask.config.set(settings):
-        cluster = HybridCluster(name=name, dashboard_address=None,
-                                **({} if tls else {"security": False}))
-        try:
-            cluster.add_pool("w", system=system, cores=1, memory="1 GiB", walltime="00:30")
-            with Client(cluster.scheduler_address, security=cluster.security,
-                        set_as_default=False) as client:
-                start = time.perf_counter()
-                cluster.scale(n)
-                client.wait_for_workers(n, timeout=WAIT)
-                scaled = time.perf_counter() - start
-        finally:
-            closing = time.perf_counter()
-            cluster.close()
-            closed = time.perf_counter()
-    gone = wait_until(lambda: _in_queue_hybrid(system, name) == 0, 120,
-                      "hybrid's jobs still in the queue")
-    return {"value": scaled, "close": closed - closing, "gone": gone - closed}
+    Every configuration (system, n) runs each of its system's ``variants`` once per
+    repetition. The order rotates by one from each configuration to the next and, for the same
+    configuration, from one repetition to the next (a step further where that would repeat
+    the variant that just came first, or the one that came first in this configuration last
+    time): consecutive configurations start with different variants, and each variant comes
+    first in turn."""
+    previous: str | None = None
+    led: dict[tuple[str, int], str] = {}  # what came first in each configuration last time
+    for repetition in range(repeats):
+        position = 0
+        for system in systems:
+            for n in sizes:
+                names = variants[system]
+                avoid = {previous, led.get((system, n))}
+                shift = next((k for k in range(len(names))
+                              if rotated(names, repetition + position + k)[0] not in avoid), 0)
+                order = rotated(names, repetition + position + shift)
+                yield from ((repetition, system, n, variant) for variant in order)
+                if order:
+                    previous = led[(system, n)] = order[0]
+                position += 1
 
 
-def _in_queue_hybrid(system: str, cluster: str) -> int:
-    if system == "htcondor":
-        return realpools.condor_in_queue(f'{TAG} == "{cluster}"')
-    if system == "sge":
-        return realpools.sge_in_queue(name_prefix=f"{TAG}-{cluster}-")
-    return realpools.slurm_in_queue(comment_prefix=f"{TAG}:{cluster}:")
-
-
-# --------------------------------------------------------------------------- dask-jobqueue
-def jobqueue_once(system: str, n: int, staging: Path) -> dict[str, float]:
-    """One repetition with dask-jobqueue's cluster for ``system``, its defaults."""
-    marker = f"bench{uuid.uuid4().hex[:8]}"
-    common = {"cores": 1, "memory": "1GiB", "python": sys.executable,
-              "scheduler_options": {"host": "127.0.0.1", "dashboard_address": None},
-              "local_directory": str(staging)}
-    if system == "htcondor":
-        from dask_jobqueue import HTCondorCluster
-
-        def in_queue() -> int:
-            return realpools.condor_in_queue(f'BenchMarker == "{marker}"')
-
-        make = lambda: HTCondorCluster(  # noqa: E731
-            disk="1GiB", job_extra_directives={"My.BenchMarker": f'"{marker}"'}, **common)
-    elif system == "sge":
-        from dask_jobqueue import SGECluster
-
-        def in_queue() -> int:
-            return realpools.sge_in_queue(name=marker)
-
-        # the same request as hybrid's pool: one slot, mem_free=1 GiB, one output file
-        make = lambda: SGECluster(  # noqa: E731
-            queue=os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q"), walltime="00:30:00",
-            job_name=marker, resource_spec="mem_free=1G",
-            job_extra_directives=["-o /dev/null"], **common)
-    else:
-        from dask_jobqueue import SLURMCluster
-
-        def in_queue() -> int:
-            return realpools.slurm_in_queue(name=marker)
-
-        make = lambda: SLURMCluster(  # noqa: E731
-            queue=os.environ.get("HYBRID_CI_SLURM_PARTITION", "debug"), walltime="00:30:00",
-            job_name=marker, job_extra_directives=["--output=/dev/null"], **common)
-    cluster = make()
+def negotiation_cycle() -> float:
+    """The HTCondor pool's ``NEGOTIATOR_CYCLE_DELAY`` in seconds, asked of its negotiator
+    (this node's client configuration need not set it); HTCondor's default, 20, if unknown."""
     try:
-        with Client(cluster.scheduler_address, set_as_default=False) as client:
-            start = time.perf_counter()
-            cluster.scale(n)
-            client.wait_for_workers(n, timeout=WAIT)
-            scaled = time.perf_counter() - start
-    finally:
-        closing = time.perf_counter()
-        cluster.close()
-        closed = time.perf_counter()
-    try:
-        gone = wait_until(lambda: in_queue() == 0, 120, "dask-jobqueue's jobs still queued")
-    finally:
-        realpools.remove_named(system, marker)
-    return {"value": scaled, "close": closed - closing, "gone": gone - closed}
-
-
-# --------------------------------------------------------------------------- floor
-def pool_start(system: str, n: int) -> float:
-    """Seconds from one submission of n trivial jobs until the last of them started."""
-    marker = f"bench{uuid.uuid4().hex[:8]}"
-    if system == "htcondor":
         import htcondor2
 
-        chroot = Path(os.environ["HYBRID_CONDOR_CHROOT"])
-        stamps = Path(tempfile.mkdtemp(prefix="hybrid-bench-floor-", dir=chroot / "tmp"))
-        inside = "/" + str(stamps.relative_to(chroot))
-        stamps.chmod(0o1777)
-        submit = htcondor2.Submit({
-            "universe": "vanilla", "executable": "/bin/sh",
-            "arguments": f"\"-c 'date +%s.%N > {inside}/$(ProcId)'\"",
-            "initialdir": "/tmp", "should_transfer_files": "NO",
-            "request_cpus": "1", "request_memory": "1024", "My.BenchMarker": f'"{marker}"',
-            "leave_in_queue": "false"})
-        try:
-            start = time.time()
-            htcondor2.Schedd().submit(submit, count=n)
-            wait_until(lambda: len(list(stamps.iterdir())) >= n, WAIT,
-                       "the floor's jobs did not all start", pause=0.05)
-            return max(float(p.read_text() or "nan") for p in stamps.iterdir()) - start
-        finally:
-            realpools.condor_remove(f'BenchMarker == "{marker}"')
-            subprocess.run(["rm", "-rf", str(stamps)], check=False)
-    stamps = Path(tempfile.mkdtemp(prefix="hybrid-bench-floor-"))
-    stamps.chmod(0o1777)
-    if system == "sge":
-        try:
-            start = time.time()
-            subprocess.run(
-                ["qsub", "-terse", "-t", f"1-{n}", "-N", marker, "-o", "/dev/null", "-j", "y",
-                 "-S", "/bin/bash", "-l", "h_rt=00:05:00,mem_free=1024M",
-                 "-q", os.environ.get("HYBRID_CI_SGE_QUEUE", "hybrid.q")],
-                input=f"date +%s.%N > {stamps}/$SGE_TASK_ID\n", check=True,
-                capture_output=True, text=True, timeout=60, cwd=stamps)
-            wait_until(lambda: len([p for p in stamps.iterdir() if p.stat().st_size]) >= n,
-                       WAIT, "the floor's jobs did not all start", pause=0.05)
-            return max(float(p.read_text()) for p in stamps.iterdir()) - start
-        finally:
-            realpools.sge_delete(marker)
-            subprocess.run(["rm", "-rf", str(stamps)], check=False)
-    try:
-        start = time.time()
-        subprocess.run(
-            ["sbatch", f"--array=1-{n}", f"--job-name={marker}", "--output=/dev/null",
-             "--cpus-per-task=1", "--mem=1024M", "--time=00:05:00",
-             f"--partition={os.environ.get('HYBRID_CI_SLURM_PARTITION', 'debug')}",
-             f"--wrap=date +%s.%N > {stamps}/$SLURM_ARRAY_TASK_ID"],
-            check=True, capture_output=True, text=True, timeout=60)
-        wait_until(lambda: len([p for p in stamps.iterdir() if p.stat().st_size]) >= n, WAIT,
-                   "the floor's jobs did not all start", pause=0.05)
-        return max(float(p.read_text()) for p in stamps.iterdir()) - start
-    finally:
-        realpools.slurm_cancel(name=marker)
-        subprocess.run(["rm", "-rf", str(stamps)], check=False)
+        negotiator = htcondor2.Collector().locate(htcondor2.DaemonType.Negotiator)
+        value = htcondor2.RemoteParam(negotiator).get("NEGOTIATOR_CYCLE_DELAY")
+        return float(value or htcondor2.param.get("NEGOTIATOR_CYCLE_DELAY") or 20)
+    except Exception:
+        return 20.0
 
-
-def bare_workers(n: int) -> float:
-    """Seconds for n bare workers started on this machine to connect to a scheduler."""
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=0, host="127.0.0.1", protocol="tcp://", processes=False,
-                      dashboard_address=None) as scheduler_only, \
-            Client(scheduler_only, set_as_default=False) as client:
-        argv = [sys.executable, "-m", "distributed.cli.dask_worker",
-                scheduler_only.scheduler_address, "--nthreads", "1", "--no-nanny",
-                "--memory-limit", "1GiB", "--death-timeout", "30"]
-        start = time.perf_counter()
-        workers = [subprocess.Popen([*argv, "--name", f"bare-{i}"], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL) for i in range(n)]
-        try:
-            client.wait_for_workers(n, timeout=WAIT)
-            return time.perf_counter() - start
-        finally:
-            for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                try:
-                    worker.wait(20)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-
-
-def floor_once(system: str, n: int) -> dict[str, float]:
-    """The floor of one repetition: the pool's start of n jobs plus n bare workers."""
-    pool = pool_start(system, n)
-    workers = bare_workers(n)
-    return {"value": pool + workers, "pool": pool, "workers": workers}
-
-
-# --------------------------------------------------------------------------- run
-#: Every variant, in the order of the table.
-VARIANTS = ("hybrid", "hybrid (plain TCP)", "dask-jobqueue", "floor")
 
 def run(results: Results, systems: list[str], sizes: list[int], repeats: int,
-        variants: list[str]) -> None:
+        variants: list[str], jitter: bool = True, seed: int | None = None) -> None:
     """Every (system, n, variant), ``repeats`` times, interleaved."""
-    runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once,
-               "hybrid (plain TCP)": lambda system, n, staging: hybrid_once(
-                   system, n, staging, tls=False),
-               "floor": lambda system, n, staging: floor_once(system, n)}
     available = []
     for system in systems:
         problem = realpools.problem(system)
@@ -252,47 +122,139 @@ def run(results: Results, systems: list[str], sizes: list[int], repeats: int,
             results.skip(f"scale-up ({system})", problem)
         else:
             available.append(system)
-    chosen = list(variants)
-    if "dask-jobqueue" in chosen and (problem := realpools.jobqueue_problem()):
-        results.skip("scale-up (dask-jobqueue)", problem)
-        chosen.remove("dask-jobqueue")
     if not available:
         return
+    by_name = {v.name: v for v in VARIANTS}
+    chosen = [by_name[name] for name in variants]
+    if any(v.needs == "dask-jobqueue" for v in chosen) and (
+            problem := realpools.jobqueue_problem()):
+        results.skip("scale-up (dask-jobqueue)", problem)
+        chosen = [v for v in chosen if v.needs != "dask-jobqueue"]
+    per_system = {s: [v.name for v in chosen if s in v.systems] for s in available}
+    if "htcondor" in available and any(v.needs == "shared" for v in chosen) and (
+            problem := realpools.shared_problem()):
+        unable = [v.name for v in chosen if v.needs == "shared"]
+        results.skip(f"scale-up htcondor ({', '.join(unable)})", problem)
+        per_system["htcondor"] = [v for v in per_system["htcondor"] if v not in unable]
+    cycle = negotiation_cycle() if "htcondor" in available else 0.0
+    pick = random.Random(seed)
+    results.settings["scale-up order"] = "rotating by one per configuration"
     with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp, \
-            realpools.condor_tools() if "htcondor" in available else _nothing():
+            realpools.condor_tools() if "htcondor" in available else contextlib.nullcontext():
         staging = Path(tmp)
-        turn = 0
-        for repetition in range(repeats):
-            log(f"scale-up: repetition {repetition + 1} of {repeats}")
-            for system in available:
-                for n in sizes:
-                    for variant in rotated(chosen, turn):
-                        turn += 1
-                        measure = results.measure("scale-up", system, f"n={n}", variant)
-                        repeat(measure, lambda v=variant, s=system, k=n:
-                               runners[v](s, k, staging))
+        last = None
+        for repetition, system, n, name in schedule(available, sizes, repeats, per_system):
+            if repetition != last:
+                log(f"scale-up: repetition {repetition + 1} of {repeats}")
+                last = repetition
+            if jitter and system == "htcondor":
+                time.sleep(pick.uniform(0, cycle))  # a random phase of the negotiation cycle
+            measure = results.measure("scale-up", system, f"n={n}", name)
+            repeat(measure, lambda v=by_name[name], s=system, k=n: v.run(s, k, staging))
     split_extras(results)
 
 
-#: Extra numbers of a scale-up repetition -> (benchmark, variant suffix) of their own rows.
-EXTRAS = {"close": ("close", ""), "gone": ("queue empty after close", ""),
-          "pool": ("scale-up", ": pool start"), "workers": ("scale-up", ": bare workers")}
+#: Extra numbers of a scale-up repetition -> the benchmark of their own rows.
+EXTRAS = {"close": "close", "gone": "queue empty after close", "post-match": "post-match",
+          "match": "until the first match"}
 
 
 def split_extras(results: Results) -> None:
-    """Give the close times, the queue times and the floor's two parts rows of their own."""
+    """Give the close times, the queue times and the match times rows of their own."""
     for m in list(results.measures):
         if m.benchmark != "scale-up":
             continue
-        for key, (benchmark, suffix) in EXTRAS.items():
+        for key, benchmark in EXTRAS.items():
             if key in m.extra:
-                results.measure(benchmark, m.system, m.config,
-                                m.variant + suffix).samples = list(m.extra[key])
+                results.measure(benchmark, m.system, m.config, m.variant).samples = list(
+                    m.extra[key])
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
+def summary(results: Results) -> str:
+    """The scale-up at a glance: per system and n, each variant's median from submit and
+    post-match (``from submit (post-match)``), then the ratios the goals read."""
+    from benchmarks.harness import fmt, ratio
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    rows = sorted({(m.system, m.config) for m in results.measures
+                   if m.benchmark == "scale-up"},
+                  key=lambda k: (k[0], int(k[1].split("=")[1])))
+    if not rows:
+        return ""
+    shown = [name for name in NAMES if any(m.benchmark == "scale-up" and m.variant == name
+                                          for m in results.measures)]
+
+    def cell(system: str, config: str, variant: str) -> str:
+        raw = results.find("scale-up", system, config, variant)
+        post = results.find("post-match", system, config, variant)
+        if raw is None:
+            return ""
+        text = fmt(raw.median())
+        return text + (f" ({fmt(post.median())})" if post is not None else "")
+
+    lines = ["Medians in seconds from submit to n workers connected (in parentheses: from "
+             "the batch system's first match, post-match):", "",
+             "| system | n | " + " | ".join(shown) + " |",
+             "|---|---|" + "---|" * len(shown)]
+    for system, config in rows:
+        lines.append(f"| {system} | {config[2:]} | "
+                     + " | ".join(cell(system, config, v) for v in shown) + " |")
+    pairs = [("hybrid", "floor: bare-worker jobs", "hybrid / B"),
+             ("hybrid shared fs", "floor: bare-worker jobs", "shared fs / B"),
+             ("hybrid", "dask-jobqueue", "hybrid / D"),
+             ("hybrid shared fs", "dask-jobqueue", "shared fs / D"),
+             ("hybrid with nanny", "dask-jobqueue", "with nanny / D (like for like)"),
+             ("hybrid", "dask-jobqueue without nanny", "hybrid / D without nanny (like for like)")]
+    lines += ["", "Ratios of the medians, from submit (post-match):", "",
+              "| system | n | " + " | ".join(p[2] for p in pairs) + " |",
+              "|---|---|" + "---|" * len(pairs)]
+    for system, config in rows:
+        cells = []
+        for ours, theirs, _ in pairs:
+            raw = ratio(results.find("scale-up", system, config, ours),
+                        results.find("scale-up", system, config, theirs))
+            post = ratio(results.find("post-match", system, config, ours),
+                         results.find("post-match", system, config, theirs))
+            cells.append("" if raw is None else f"{raw:.2f}"
+                         + ("" if post is None else f" ({post:.2f})"))
+        lines.append(f"| {system} | {config[2:]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parts(results: Results) -> str:
+    """Where hybrid's time goes, per system and n, from differences of medians: the batch
+    system's cycle until the first match, its start of a trivial job after the match (C),
+    a bare worker's python start and connect (B - C), hybrid's own part (A - B, post-match),
+    and on HTCondor the file transfer of the default mode (A - A shared fs, post-match)."""
+    from benchmarks.harness import fmt
+
+    def median(benchmark: str, system: str, config: str, variant: str) -> float | None:
+        m = results.find(benchmark, system, config, variant)
+        return m.median() if m is not None else None
+
+    def minus(a: float | None, b: float | None) -> str:
+        return fmt(a - b) if a is not None and b is not None else ""
+
+    rows = sorted({(m.system, m.config) for m in results.measures
+                   if m.benchmark == "post-match"}, key=lambda k: (k[0], int(k[1][2:])))
+    if not rows:
+        return ""
+    lines = ["Where the time goes (seconds, differences of medians):", "",
+             "| system | n | until the first match (hybrid) | trivial jobs started after it "
+             "(C) | python start and connect of bare workers (B - C) | hybrid's own, shared "
+             "fs (A - B) | hybrid's own, default (A - B) | file transfer (A - A shared fs) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for system, config in rows:
+        def post(variant: str, s: str = system, c: str = config) -> float | None:
+            return median("post-match", s, c, variant)
+
+        bare, trivial = post(FLOOR_B), post(FLOOR_C)
+        shared, default = post("hybrid shared fs"), post("hybrid")
+        lines.append(
+            f"| {system} | {config[2:]} | "
+            f"{fmt(median('until the first match', system, config, 'hybrid'))} | "
+            f"{fmt(trivial)} | {minus(bare, trivial)} | {minus(shared, bare)} | "
+            f"{minus(default, bare)} | {minus(default, shared)} |")
+    return "\n".join(lines)
+
+
+FLOOR_B, FLOOR_C = "floor: bare-worker jobs", "floor: batch start"

@@ -2,7 +2,10 @@
 
 ``hybrid``: ``HybridCluster.scale(n)`` on a pool whose jobs never run (held, or matching no
 machine), timed until it returns: rendering, staging and the one submission. Its ``close``
-is recorded beside it (removing the n jobs, confirmed with the batch system).
+is recorded beside it (removing the n jobs, confirmed with the batch system). On HTCondor its
+files are spooled (the default off a shared filesystem); ``hybrid shared fs`` submits them to
+be read in place (``job_files: shared``), run by the pool's job user from the pool's shared
+filesystem (:func:`benchmarks.realpools.run_as_pool_user`).
 
 ``dask-jobqueue``: what its ``scale(n)`` does to submit: one job script per worker, written
 to a file and handed to ``condor_submit``/``sbatch``/``qsub``, all n at once on the event
@@ -30,12 +33,13 @@ from benchmarks.harness import Results, log, repeat, rotated
 HOLD = {"htcondor": "requirements = false", "slurm": "--hold", "sge": "-h"}
 
 
-def hybrid_once(system: str, n: int, staging: Path) -> dict[str, float]:
+def hybrid_once(system: str, n: int, staging: Path,
+                settings: dict[str, Any] | None = None) -> dict[str, float]:
     """scale(n) of held jobs, then close()."""
     from hybrid import HybridCluster
 
     with dask.config.set({"hybrid.batch.staging-directory": str(staging),
-                          "hybrid.scheduler.host": "127.0.0.1"}):
+                          "hybrid.scheduler.host": "127.0.0.1", **(settings or {})}):
         cluster = HybridCluster(name=f"bench-{uuid.uuid4().hex[:8]}", dashboard_address=None)
         try:
             cluster.add_pool("w", system=system, cores=1, memory="1 GiB", walltime="00:30",
@@ -104,19 +108,25 @@ def run(results: Results, systems: list[str], n: int, repeats: int) -> None:
             results.skip(f"submit ({system})", problem)
         else:
             available.append(system)
-    variants = ["hybrid", "dask-jobqueue"]
+    variants = ["hybrid", "hybrid shared fs", "dask-jobqueue"]
     if problem := realpools.jobqueue_problem():
         results.skip("submit (dask-jobqueue)", problem)
         variants.remove("dask-jobqueue")
+    if "htcondor" in available and (problem := realpools.shared_problem()):
+        results.skip("submit (hybrid shared fs)", problem)
+        variants.remove("hybrid shared fs")
     if not available:
         return
-    runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once}
+    runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once,
+               "hybrid shared fs": lambda s, k, d: realpools.run_as_pool_user(
+                   "submit", k, timeout=600)}
     with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp, \
             realpools.condor_tools() if "htcondor" in available else _Nothing():
         for repetition in range(repeats):
             log(f"submit: repetition {repetition + 1} of {repeats}")
             for system in available:
-                for variant in rotated(variants, repetition):
+                kinds = [v for v in variants if system == "htcondor" or v != "hybrid shared fs"]
+                for variant in rotated(kinds, repetition):
                     measure = results.measure("submit", system, f"n={n}", variant)
                     repeat(measure, lambda v=variant, s=system: runners[v](s, n, Path(tmp)))
 

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import dask
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+from dask.typing import no_default
 from distributed import Client, Future
 
 from hybrid import config
@@ -280,3 +281,35 @@ class HybridClient(Client):
         if kwargs.get("resources") is None and self.annotator.enabled:
             return self.annotator.persist(collections, *args, **kwargs)
         return super().persist(collections, *args, **kwargs)
+
+    def restart_workers(self, workers: list[str], timeout: Any = no_default,
+                        raise_for_error: bool = True) -> Any:
+        """``Client.restart_workers``, also for workers without a nanny (hybrid's default).
+
+        distributed's client refuses those; here the scheduler closes them, their jobs end,
+        and their pools submit replacements (a pool keeps its target), so the call returns
+        once as many workers are connected as before, with ``"removed"`` for each worker
+        replaced this way (``"OK"`` for each restarted by its nanny). A pool that does not
+        refill in ``timeout`` raises ``TimeoutError``, as distributed's call does.
+        """
+        return self.sync(self._restart_any_workers, workers=workers, timeout=timeout,
+                         raise_for_error=raise_for_error)
+
+    async def _restart_any_workers(self, workers: list[str], timeout: Any,
+                                   raise_for_error: bool) -> dict[str, str]:
+        from time import time
+
+        from dask.utils import parse_timedelta
+
+        info = (await self.scheduler.identity())["workers"]
+        if all(meta["nanny"] for addr, meta in info.items()
+               if addr in workers or meta["name"] in workers):
+            return await self._restart_workers(workers, timeout, raise_for_error)
+        seconds = parse_timedelta(self._timeout * 4 if timeout is no_default else timeout, "s")
+        by_name = {meta["name"]: addr for addr, meta in info.items()}
+        addresses = [by_name.get(w, w) for w in workers]
+        out = await self.scheduler.restart_workers(
+            workers=addresses, timeout=seconds,
+            on_error="raise" if raise_for_error else "return",
+            stimulus_id=f"client-restart-workers-{time()}")
+        return {w: out.get(a, "removed") for w, a in zip(workers, addresses, strict=True)}

@@ -166,7 +166,9 @@ class PoolSpec(BaseModel):
         "``conda run``.")
     nanny: bool | None = Field(
         None, description="Run each worker under a nanny. Default: "
-        "``hybrid.worker.nanny``; ``None`` means only where needed (``processes > 1``).")
+        "``hybrid.worker.nanny``; ``None`` means only where needed (``processes > 1``). "
+        "Without one, ``client.restart()`` replaces the jobs and the job script enforces "
+        "the memory limit as a nanny would (docs: Pools, the nanny).")
     gpu_sharing: count(1, 64) | None = Field(
         None, description="GPU tasks that run at once on each GPU of a job. Default: "
         "``hybrid.worker.gpu-sharing``; ``None``: 8 where the job runs under a CUDA MPS "

@@ -130,6 +130,37 @@ def wants_dashboard(extra_args: tuple[str, ...] | list[str]) -> bool:
                for arg in extra_args)
 
 
+def memory_watch(spec: PoolSpec, connection: Connection) -> tuple[int, str] | None:
+    """The resident memory (KiB) past which a worker WITHOUT a nanny is killed by its job
+    script, and that share of its limit as text; ``None`` where a nanny watches (or nothing
+    should: no memory limit, or ``distributed.worker.memory.terminate: false``).
+
+    The share is Dask's own ``distributed.worker.memory.terminate`` (0.95), as the workers
+    see it: ``hybrid.worker-dask-config`` if it sets the key, else this process's setting.
+    """
+    import dask
+
+    from hybrid import config
+
+    nanny = spec.uses_nanny and connection.sni is None
+    if nanny or not spec.memory_per_worker:
+        return None
+    exported = config.get("worker-dask-config", {}) or {}
+    share = exported.get("distributed.worker.memory.terminate",
+                         dask.config.get("distributed.worker.memory.terminate", 0.95))
+    if share is False or share is None or share == "false":
+        return None
+    try:
+        fraction = float(share)
+    except (TypeError, ValueError):
+        raise ConfigurationError("distributed.worker.memory.terminate", share,
+                                 "a fraction of the memory limit, or false") from None
+    if not 0 < fraction <= 1:
+        raise ConfigurationError("distributed.worker.memory.terminate", share,
+                                 "a fraction in (0, 1], or false")
+    return int(spec.memory_per_worker * fraction) // 1024, f"{fraction:g}"
+
+
 def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
                    uses_nanny: bool | None = None,
                    tasks_per_gpu: int | None = None) -> WorkerCommand:

@@ -7,6 +7,7 @@ themselves are never judged here (the command never fails on a number).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -14,17 +15,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import htcondor2
 import pytest
+
+from benchmarks.scaleup import NAMES, schedule
+from tests.batch.test_real_pools import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_benchmark(name: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+def run_benchmark(name: str, tmp_path: Path, *extra: str, timeout: float = 280
+                  ) -> dict[str, Any]:
     """``python -m benchmarks --quick --only NAME``; its JSON, after checking the run."""
     out = tmp_path / f"{name}.json"
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--only", name, "--json", str(out),
-         *extra], cwd=REPO, capture_output=True, text=True, timeout=280)
+         *extra], cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{name} broke:\n{result.stdout}\n{result.stderr[-4000:]}"
     data = json.loads(out.read_text())
     assert not data["skips"], data["skips"]
@@ -55,21 +61,61 @@ def goals(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.mark.htcondor
 @pytest.mark.slurm
+@pytest.mark.timeout(600)
 def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cluster,
                                                          tmp_path):
-    data = run_benchmark("scale-up", tmp_path, "--systems", "htcondor", "slurm")
+    data = run_benchmark("scale-up", tmp_path, "--systems", "htcondor", "slurm", timeout=580)
     seen = variants(data, "scale-up")
     for system in ("htcondor", "slurm"):
-        for n in (1, 2):
-            for variant in ("hybrid", "hybrid (plain TCP)", "dask-jobqueue", "floor",
-                            "floor: pool start", "floor: bare workers"):
-                assert (system, f"n={n}", variant) in seen, (system, n, variant, seen)
-            for benchmark in ("close", "queue empty after close"):
-                assert (system, f"n={n}", "hybrid") in variants(data, benchmark)
-                assert (system, f"n={n}", "hybrid (plain TCP)") in variants(data, benchmark)
+        for variant in NAMES:
+            if variant == "hybrid shared fs" and system == "slurm":
+                continue
+            assert (system, "n=2", variant) in seen, (system, variant, seen)
+            # every variant's post-match time: its first match was found
+            assert (system, "n=2", variant) in variants(data, "post-match"), variant
+        for benchmark in ("close", "queue empty after close"):
+            assert (system, "n=2", "hybrid") in variants(data, benchmark)
+    assert ("slurm", "n=2", "hybrid shared fs") not in seen
+    # the post-match time is a part of the time from submit, the rest the wait for the match
+    for m in data["measures"]:
+        if m["benchmark"] == "scale-up" and m["samples"]:
+            total, = m["samples"]
+            part, = m["extra"]["post-match"]
+            wait, = m["extra"]["match"]
+            assert 0 < part <= total and abs(part + wait - total) < 1e-6, m
     verdicts = goals(data)
-    assert {g["goal"] for g in data["goals"]} >= {"P1", "P3", "P7"}
-    assert all(g["met"] in (True, False) for g in verdicts["P1"] + verdicts["P3"])
+    assert {g["goal"] for g in data["goals"]} >= {"P1", "P3", "F1", "L1", "H1"}
+    assert all(g["met"] in (True, False) for g in verdicts["P1"] + verdicts["P3"]
+               + verdicts["F1"] + verdicts["L1"])
+
+
+def test_scale_up_order_really_rotates():
+    """Consecutive configurations start with different variants, each configuration starts
+    with another variant in its next repetition, and every variant runs once per
+    configuration and repetition (issue 27: the order used never to change)."""
+    per_system = {"htcondor": list(NAMES),
+                  "slurm": [n for n in NAMES if n != "hybrid shared fs"]}
+    for sizes in ([1, 4, 16], [2], [1, 4]):
+        for systems in (["htcondor", "slurm"], ["slurm"], ["htcondor"]):
+            order = list(schedule(systems, sizes, 8, per_system))
+            configs: dict[tuple[int, str, int], list[str]] = {}
+            for repetition, system, n, variant in order:
+                configs.setdefault((repetition, system, n), []).append(variant)
+            for (_, system, _), ran in configs.items():
+                assert sorted(ran) == sorted(per_system[system])
+            firsts = [ran[0] for ran in configs.values()]
+            assert all(a != b for a, b in itertools.pairwise(firsts)), (sizes, systems, firsts)
+            for (repetition, system, n), ran in configs.items():
+                later = configs.get((repetition + 1, system, n))
+                if later:
+                    assert later[0] != ran[0], (system, n, repetition)
+            # over as many repetitions as variants, each variant leads each configuration
+            for system in systems:
+                for n in sizes:
+                    leaders = {configs[(r, system, n)][0]
+                               for r in range(len(per_system[system])) if (r, system, n)
+                               in configs}
+                    assert len(leaders) >= min(8, len(per_system[system])) - 1, leaders
 
 
 @pytest.mark.htcondor
@@ -78,8 +124,23 @@ def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slu
                                                               tmp_path):
     data = run_benchmark("submit", tmp_path, "--systems", "htcondor", "slurm")
     assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
-                                        for v in ("hybrid", "dask-jobqueue")}
+                                        for v in ("hybrid", "dask-jobqueue")} | {
+        ("htcondor", "n=20", "hybrid shared fs")}
     assert all(g["met"] in (True, False) for g in goals(data)["P2"])
+    shared_submit = [g for g in goals(data)["H1"] if "submit" in g["text"]]
+    assert len(shared_submit) == 1 and shared_submit[0]["met"] in (True, False)
+
+
+@pytest.mark.htcondor
+def test_reschedule_measures_both_arms_in_an_idle_and_a_busy_queue(htcondor_pool, tmp_path):
+    data = run_benchmark("reschedule", tmp_path)
+    assert variants(data, "reschedule") == {
+        ("htcondor", queue, arm) for queue in ("idle queue", "busy queue")
+        for arm in ("submit", "submit + reschedule")}
+    assert all(g["met"] in (True, False) for g in goals(data)["R1"])
+    # the busy queue's jobs were removed, and leave the queue
+    wait_for(lambda: not htcondor2.Schedd().query('regexp("^bench", BenchMarker)', ["ProcId"]),
+             120, "the benchmark's jobs to leave the queue")
 
 
 @pytest.mark.htcondor
@@ -94,16 +155,25 @@ def test_reconcile_polls_with_the_history_and_matches_names(htcondor_pool, slurm
 
 
 @pytest.mark.sge
+@pytest.mark.timeout(600)
 def test_grid_engine_scale_up_beside_sgecluster_on_the_same_cell(sge_cell, tmp_path):
-    data = run_benchmark("scale-up", tmp_path, "--systems", "sge")
+    data = run_benchmark("scale-up", tmp_path, "--systems", "sge", timeout=580)
     seen = variants(data, "scale-up")
-    for n in (1, 2):
-        for variant in ("hybrid", "dask-jobqueue", "floor", "floor: pool start",
-                        "floor: bare workers"):
-            assert ("sge", f"n={n}", variant) in seen, (n, variant, seen)
-        for benchmark in ("close", "queue empty after close"):
-            assert {("sge", f"n={n}", v) for v in ("hybrid", "dask-jobqueue")} <= variants(
-                data, benchmark)
+    for variant in NAMES:
+        if variant == "hybrid shared fs":
+            assert ("sge", "n=2", variant) not in seen
+            continue
+        assert ("sge", "n=2", variant) in seen, (variant, seen)
+        # the post-match time from the first task's sge_shepherd
+        assert ("sge", "n=2", variant) in variants(data, "post-match"), variant
+    for benchmark in ("close", "queue empty after close"):
+        assert {("sge", "n=2", v) for v in ("hybrid", "dask-jobqueue")} <= variants(
+            data, benchmark)
+    for m in data["measures"]:
+        if m["benchmark"] == "scale-up" and m["samples"]:
+            total, = m["samples"]
+            part, = m["extra"]["post-match"]
+            assert 0 < part <= total, m
 
 
 @pytest.mark.sge

@@ -8,6 +8,9 @@ CONDOR_LOG_DIR="$ROOT/var/log/condor"    # the daemons' own logs
 PID_FILE="$STATE_DIR/condor_master.pid"
 CLIENT_CONFIG="$STATE_DIR/condor_config"
 ENV_FILE="$STATE_DIR/env.sh"
+# A shared filesystem, as at a site: this directory is the same one at the same path on the
+# host and inside the pool (hybrid's HTCondor job_files: shared reads job files there in place)
+SHARED_DIR="$STATE_DIR/shared"
 READY_MARK="etc/hybrid-ci-chroot-ready"  # relative to a chroot; written last when building
 
 JOB_USER=hybridjob

@@ -169,9 +169,10 @@ mount_once() {   # mount_once TARGET MOUNT-ARGS...
     mountpoint -q "$target" || mount "$@" "$target"
 }
 
-# Bind SRC read-only at the same path inside the chroot, making the path traversable there.
-bind_ro_same_path() {
-    local src dst p mode
+# Bind SRC read-only (or read-write with a second argument "rw") at the same path inside the
+# chroot, making the path traversable there.
+bind_same_path() {
+    local src dst p mode access="${2:-ro}"
     src="$(readlink -f "$1")"
     dst="$ROOT$src"
     case "$src" in
@@ -192,8 +193,12 @@ bind_ro_same_path() {
     done
     if ! mountpoint -q "$dst"; then
         mount --bind "$src" "$dst"
-        mount -o remount,bind,ro "$dst"
-        log "bind-mounted $src read-only"
+        if [[ "$access" == ro ]]; then
+            mount -o remount,bind,ro "$dst"
+            log "bind-mounted $src read-only"
+        else
+            log "bind-mounted $src read-write"
+        fi
     fi
 }
 
@@ -211,8 +216,13 @@ else
         PREFIXES+=("$("$v/bin/python" -c 'import sys; print(sys.base_prefix)')")
     done
 fi
-for p in "${PREFIXES[@]}"; do bind_ro_same_path "$p"; done
-for v in "${VENVS[@]}"; do bind_ro_same_path "$v"; done
+for p in "${PREFIXES[@]}"; do bind_same_path "$p"; done
+for v in "${VENVS[@]}"; do bind_same_path "$v"; done
+# the shared filesystem: sticky and world-writable like /tmp, each user makes their own
+# directory in it (jobs run as the user the schedd maps the submitter to)
+mkdir -p "$SHARED_DIR"
+chmod 1777 "$SHARED_DIR"
+bind_same_path "$SHARED_DIR" rw
 
 # Fail early and clearly if the job user cannot run a venv's python.
 for v in "${VENVS[@]}"; do
@@ -249,6 +259,7 @@ export HYBRID_CONDOR_STATE=$STATE_DIR
 export HYBRID_CONDOR_CHROOT=$ROOT
 export HYBRID_CONDOR_LOG_DIR=$CONDOR_LOG_DIR
 export HYBRID_CONDOR_JOB_USER=$JOB_USER
+export HYBRID_CONDOR_SHARED_DIR=$SHARED_DIR
 EOF
 
 # ---------------------------------------------------------------------------------------------

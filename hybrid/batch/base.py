@@ -40,7 +40,7 @@ from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
 from hybrid.gpusharing import starts_mps
 from hybrid.units import hhmm
-from hybrid.worker import TLSFiles, worker_commands
+from hybrid.worker import TLSFiles, memory_watch, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -214,9 +214,14 @@ class BatchSystem(abc.ABC):
                              field=f"job_extra_directives[{index}]", value=directive)
 
     # ------------------------------------------------------------------ rendering
+    def ships_files_for(self, staging: Path) -> bool:
+        """Whether a submission from ``staging`` sends its files with the job
+        (:attr:`ships_files`; HTCondor decides per staging directory)."""
+        return self.ships_files
+
     def job_paths(self, staging: Path) -> TLSFiles:
         """Where the worker finds the TLS files."""
-        if self.ships_files:
+        if self.ships_files_for(staging):
             return TLSFiles("ca.pem", "cert.pem", "key.pem")
         return TLSFiles(str(staging / "ca.pem"), str(staging / "cert.pem"),
                         str(staging / "key.pem"))
@@ -232,6 +237,9 @@ class BatchSystem(abc.ABC):
         tls = self.job_paths(staging) if job.connection.tls is not None else None
         hhmm = self.walltime(job)
         worker, worker_mps = worker_commands(job.spec, job.connection, tls)
+        # a nanny watches the memory where the command has one (GPU sharing's processes too)
+        nannies = any("--nanny" in c.arguments for c in (worker, worker_mps) if c is not None)
+        watch = None if nannies else memory_watch(job.spec, job.connection)
         return {
             "job": job,
             "spec": job.spec,
@@ -255,8 +263,11 @@ class BatchSystem(abc.ABC):
             "walltime": f"{hhmm}:00",
             "walltime_hhmm": hhmm,
             "lease_seconds": job.spec.lease,
+            # without a nanny the job script watches the worker's memory (hybrid/worker.py)
+            "memory_watch_kib": watch[0] if watch else None,
+            "memory_watch_share": watch[1] if watch else None,
             # shared filesystem: the job appends its output to worker-<id>.log in staging
-            "log_directory": None if self.ships_files else str(staging),
+            "log_directory": None if self.ships_files_for(staging) else str(staging),
         }
 
     def render(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
@@ -278,7 +289,7 @@ class BatchSystem(abc.ABC):
 
     def log_path(self, staging: Path, job_id: str) -> Path | None:
         """Where a job's output lands (``None`` when it cannot be read from here)."""
-        if self.ships_files:
+        if self.ships_files_for(staging):
             return None
         return staging / f"worker-{worker_name_suffix(job_id)}.log"
 

@@ -1,8 +1,16 @@
 """HTCondor through the ``htcondor2`` Python bindings (no shelling out to ``condor_submit``).
 
-n workers are n procs of ONE cluster: ``Schedd.submit(Submit(description), spool=True)`` with
-``queue n`` in the rendered description, then ``Schedd.spool`` uploads the wrapper and the TLS
-files through the schedd (no shared filesystem; the files stay 0600 and the submitter's own).
+n workers are n procs of ONE cluster: ``Schedd.submit(Submit(description))`` with ``queue n``
+in the rendered description. How the job's files (its executable ``worker.sh`` and the TLS
+files) reach the job is the setting ``job_files``:
+
+- ``spool``: ``submit(..., spool=True)``, then ``Schedd.spool`` uploads them through the schedd
+  and each job transfers them to its scratch directory (no shared filesystem needed).
+- ``shared``: the job reads them in place from the staging directory, which the execute nodes
+  see at the same path (a shared filesystem): no spooling, no file transfer.
+- ``auto`` (the default): ``shared`` when the staging directory lies under one of
+  ``shared_directories`` (the site's declaration), else ``spool``.
+
 Jobs carry ``My.<tag> = "<cluster>"`` (and ``<tag>Pool``, ``<tag>Scheduler``) so ``hybrid gc``
 and ``connect`` find them again, and ``periodic_remove`` on a lease so none outlives it.
 """
@@ -10,12 +18,17 @@ and ``connect`` find them again, and ``periodic_remove`` on a lease so none outl
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, ClassVar
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field
 
 from hybrid.batch.base import (
     BatchSystem,
@@ -26,8 +39,10 @@ from hybrid.batch.base import (
     tag_prefix,
     write_private,
 )
-from hybrid.errors import BatchError, ToolMissing
-from hybrid.fields import Seconds
+from hybrid.errors import BatchError, ConfigurationError, ToolMissing
+from hybrid.fields import Seconds, absolute_path, seconds, strings
+
+logger = logging.getLogger("hybrid")
 
 _SPOOLING_HOLD_CODE = 16  # held while input files are being spooled: not a failure
 
@@ -194,12 +209,42 @@ def _clusters_of(ids: list[str] | None) -> str:
         for c, ps in sorted(procs.items())) + ")"
 
 
-class HTCondorSettings(SystemSettings):
-    """``hybrid.batch.htcondor``: which schedd, and how long a removed job may take to stop."""
+def _directories(value: Any) -> tuple[str, ...]:
+    return tuple(absolute_path(item) for item in strings(True, "absolute paths")(value))
 
-    schedd_name: str | None = None
-    collector: str | None = None
-    job_max_vacate_time: Seconds = 10
+
+#: When this process last asked each schedd to reschedule (``reschedule_interval``).
+_rescheduled: dict[tuple[str | None, str | None], float] = {}
+_rescheduled_lock = threading.Lock()
+
+
+class HTCondorSettings(SystemSettings):
+    """``hybrid.batch.htcondor``: which schedd, how the job's files reach it, and how long a
+    removed job may take to stop."""
+
+    schedd_name: str | None = Field(None, description="The schedd to submit to; ``None``: "
+                                    "the local one.")
+    collector: str | None = Field(None, description="The collector that locates "
+                                  "``schedd_name``.")
+    job_max_vacate_time: Seconds = Field(10, description="Between SIGTERM and SIGKILL when a "
+                                         "job is removed.")
+    job_files: Literal["auto", "spool", "shared"] = Field(
+        "auto", description="How the job's executable and TLS files reach it: ``spool`` "
+        "(uploaded through the schedd, transferred to each job: no shared filesystem needed), "
+        "``shared`` (read in place from the staging directory, which the execute nodes see at "
+        "the same path: no spooling, no file transfer; the jobs must run as this user), "
+        "``auto``: ``shared`` when the staging directory is under one of "
+        "``shared_directories``, else ``spool``.")
+    reschedule_interval: Annotated[float, BeforeValidator(
+        lambda v: seconds(v, allow_zero=True))] = Field(
+        10.0, description="After a submission, ask the schedd to send its idle jobs to the "
+        "negotiator at once (as ``condor_submit`` does) instead of at its next update, at most "
+        "once per this many seconds per schedd from this process, so an adaptive pool that "
+        "submits often does not keep asking; 0: never.")
+    shared_directories: Annotated[tuple[str, ...], BeforeValidator(_directories)] = Field(
+        (), description="Directories the execute nodes see at the same path as this node "
+        "(the site's shared filesystem, e.g. ``/home``); with ``job_files: auto`` a staging "
+        "directory under one of them is read in place.")
 
 
 class HTCondor(BatchSystem):
@@ -243,15 +288,65 @@ class HTCondor(BatchSystem):
             raise BatchError(f"cannot reach the HTCondor schedd: {error}. Check CONDOR_CONFIG "
                              "and that `condor_q` works on this node") from None
 
+    # ------------------------------------------------------------------ job files
+    def job_files_mode(self, staging: Path) -> str:
+        """``"spool"`` or ``"shared"``: how a submission from ``staging`` ships its files
+        (``job_files``, with ``auto`` resolved for this staging directory)."""
+        mode = self.settings.job_files
+        if mode != "auto":
+            return mode
+        path = PurePosixPath(os.path.abspath(staging))
+        shared = any(path.is_relative_to(directory)
+                     for directory in self.settings.shared_directories)
+        # jobs run as the user the schedd maps this process to: never root, so a staging
+        # directory of root's is unreadable to them however shared it is
+        return "shared" if shared and os.geteuid() != 0 else "spool"
+
+    def ships_files_for(self, staging: Path) -> bool:
+        """Whether the files travel with the job (spool mode) for this staging directory."""
+        return self.job_files_mode(staging) == "spool"
+
+    def log_path(self, staging: Path, job_id: str) -> Path | None:
+        """In shared mode the job's output lands in the staging directory, readable here."""
+        if self.ships_files_for(staging):
+            return None
+        return staging / f"worker-{job_id}.log"
+
+    @classmethod
+    def check_spec(cls, spec: Any) -> None:
+        """Also refuse ``job_files: shared`` where it cannot work (see :meth:`shared_problem`)."""
+        from hybrid.fields import reject
+
+        super().check_spec(spec)
+        if spec.system_options.get("job_files") == "shared":
+            problem = cls.shared_problem()
+            if problem:
+                raise reject(*problem, field="system_options.job_files", value="shared")
+
+    @staticmethod
+    def shared_problem() -> tuple[str, str] | None:
+        """Why ``job_files: shared`` cannot work from this process (what is accepted, the
+        fix), or ``None``."""
+        if os.geteuid() == 0:
+            return ("'spool' or 'auto' when running as root: the schedd runs no job as root, "
+                    "and the user it runs them as cannot read root's private job files in "
+                    "place", "Submit as the user whose jobs these are, or use job_files: "
+                    "spool (the schedd then takes the files).")
+        return None
+
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
-        """The shared variables plus the vacate time and, for a pool with a wall time, the
-        seconds a job may run (HTCondor has no wall time of its own: ``periodic_remove``)."""
+        """The shared variables plus the vacate time, the file mode and, for a pool with a
+        wall time, the seconds a job may run (HTCondor has no wall time of its own:
+        ``periodic_remove``); HTCondor writes the job's output itself (``output``/``error``),
+        so the wrapper redirects nothing."""
         from hybrid.units import walltime_seconds
 
         return {**super().context(job, staging, count),
                 "vacate_seconds": self.settings.job_max_vacate_time,
                 "run_seconds": walltime_seconds(job.spec.walltime) if job.spec.walltime
-                else None}
+                else None,
+                "shared_files": not self.ships_files_for(staging),
+                "log_directory": None}
 
     def render_wrapper(self, job: WorkerJob, staging: Path) -> str:
         """The executable each job runs (shell), shipped through the schedd."""
@@ -267,6 +362,9 @@ class HTCondor(BatchSystem):
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """One cluster of ``count`` procs; on any failure the cluster is removed again."""
         htcondor2 = _bindings()
+        spool = self.ships_files_for(staging)
+        if not spool and (problem := self.shared_problem()):
+            raise ConfigurationError("hybrid.batch.htcondor.job-files", "shared", *problem)
         write_private(staging / "worker.sh", self.render_wrapper(job, staging), 0o700)
         description = self.render(job, staging, count)
         try:
@@ -275,17 +373,36 @@ class HTCondor(BatchSystem):
             raise BatchError(f"HTCondor refused the submit description: {error}") from None
         schedd = self.schedd()
         try:
-            result = schedd.submit(submit, spool=True)
+            result = schedd.submit(submit, spool=spool)
         except Exception as error:
             raise BatchError(f"HTCondor submit failed: {error}") from None
         cluster_id = result.cluster()
-        try:
-            schedd.spool(result)
-        except Exception as error:
-            self._remove_quietly(schedd, str(cluster_id))
-            raise BatchError(f"HTCondor could not receive the job files: {error}") from None
+        if spool:
+            try:
+                schedd.spool(result)
+            except Exception as error:
+                self._remove_quietly(schedd, str(cluster_id))
+                raise BatchError(f"HTCondor could not receive the job files: {error}") from None
+        self._reschedule(schedd)
         first = result.first_proc()
         return [f"{cluster_id}.{first + i}" for i in range(result.num_procs())]
+
+    def _reschedule(self, schedd: Any) -> None:
+        """Ask the schedd to negotiate for the new jobs now (``reschedule_interval``)."""
+        interval = self.settings.reschedule_interval
+        if not interval:
+            return
+        key = (self.settings.schedd_name, self.settings.collector)
+        now = time.monotonic()
+        with _rescheduled_lock:
+            last = _rescheduled.get(key)
+            if last is not None and now - last < interval:
+                return
+            _rescheduled[key] = now
+        try:
+            schedd.reschedule()
+        except Exception as error:  # a hint to the schedd: the jobs are queued either way
+            logger.debug("HTCondor reschedule after submit failed: %s", error)
 
     def _remove_quietly(self, schedd: Any, job_spec: Any) -> None:
         htcondor2 = _bindings()

@@ -50,6 +50,8 @@ logger = logging.getLogger("hybrid")
 
 #: Seconds the scheduler has to answer before a pool's lost jobs are replaced.
 SCHEDULER_ANSWERS_WITHIN = 5.0
+#: The reason of a job that left the queue without a record of how it ended.
+GONE = "no longer in the queue"
 
 
 class PoolManager(WaitingForWorkers, Closing):
@@ -216,8 +218,7 @@ class PoolManager(WaitingForWorkers, Closing):
             status = statuses.get(job_id) or (
                 JobStatus(job_id, JobState.removed, "removed by hybrid", self.cluster, pool.name)
                 if job_id in pool._removed else JobStatus(
-                    job_id, JobState.finished, "no longer in the queue", self.cluster,
-                    pool.name))
+                    job_id, JobState.finished, GONE, self.cluster, pool.name))
             if status.state.active:
                 pool.jobs[job_id] = status
                 self._watch_pending(pool, status, now, stuck_after)
@@ -226,6 +227,14 @@ class PoolManager(WaitingForWorkers, Closing):
             pool.ended.append(status)
             pool._first_pending.pop(job_id, None)
             if job_id in pool._removed or job_id in pool._connected:
+                continue
+            if status.state is JobState.finished and status.reason != GONE and pool._connected:
+                # a worker exits 0 only when its scheduler closed it (client.restart() of a
+                # worker without a nanny, a retirement) or its --lifetime ended; one that never
+                # reached its scheduler exits 1. The pool refills it; it is no failure (unless
+                # no worker of the pool ever came: then something else exits 0, e.g. a wrong
+                # python, and resubmitting would loop).
+                logger.info("pool %s: job %s ended, its worker closed", pool.name, job_id)
                 continue
             if status.state in (JobState.failed, JobState.removed, JobState.finished):
                 self._failure(pool, pool.describe_end(status))
@@ -470,10 +479,15 @@ class PoolManager(WaitingForWorkers, Closing):
         while not self._closed:
             await asyncio.sleep(interval)
             self.passes += 1
+            live = None
+            with contextlib.suppress(Exception):  # the jobs are reconciled all the same
+                live = await asyncio.wait_for(self.live_workers(), SCHEDULER_ANSWERS_WITHIN)
             for pool in list(self.pools.values()):
                 if not pool.used and not pool.failed:  # a failed pool fails new tasks too
                     continue
                 try:
+                    if live is not None:  # whose worker came: its job's end is no failure
+                        await self.pool_workers(pool, live)
                     await self.reconcile(pool)
                 except asyncio.CancelledError:
                     raise

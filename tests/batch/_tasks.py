@@ -43,7 +43,19 @@ def _build():
 
         return os.environ.get(name)
 
-    return gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value
+    def hog(mebibytes: int) -> int:
+        """A task that holds this many MiB resident for a minute (past a small worker's
+        memory limit)."""
+        import time
+
+        block = bytearray(mebibytes * 2**20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1  # touched: resident, not just reserved
+        time.sleep(60)
+        return len(block)
+
+    return (gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value,
+            hog)
 
 
-simulate, pack, slow_simulation, square, environment_value = _build()
+simulate, pack, slow_simulation, square, environment_value, hog = _build()

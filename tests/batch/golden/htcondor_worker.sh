@@ -71,6 +71,40 @@ else
 /opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 1 --memory-limit 17179869184 --resources 'GPU=1 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
 fi
 hybrid_worker=$!
+# No nanny watches this worker's memory: this does what a nanny would (Dask's
+# distributed.worker.memory.terminate): past 15938355 KiB resident (the worker's
+# process and its children) it kills the worker, its tasks are retried elsewhere as after any
+# lost worker, the job ends and its pool submits a replacement.
+# (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says)
+(
+    while kill -0 "$hybrid_worker" 2>/dev/null; do
+        hybrid_rss=0 hybrid_queue=$hybrid_worker
+        while [ -n "$hybrid_queue" ]; do
+            hybrid_pid=${hybrid_queue%% *}
+            hybrid_queue=${hybrid_queue#"$hybrid_pid"}
+            hybrid_queue=${hybrid_queue# }
+            {
+                while read -r hybrid_key hybrid_value hybrid_rest; do
+                    if [ "$hybrid_key" = VmRSS: ]; then
+                        hybrid_rss=$((hybrid_rss + hybrid_value))
+                        break
+                    fi
+                done < /proc/"$hybrid_pid"/status
+                for hybrid_children in /proc/"$hybrid_pid"/task/*/children; do
+                    hybrid_kids=
+                    read -r hybrid_kids < "$hybrid_children" || true
+                    [ -n "$hybrid_kids" ] && hybrid_queue="${hybrid_queue:+$hybrid_queue }$hybrid_kids"
+                done
+            } 2>/dev/null
+        done
+        if [ "$hybrid_rss" -gt 15938355 ]; then
+            echo "hybrid: the worker uses $hybrid_rss KiB, past 15938355 KiB (0.95 of its memory limit; distributed.worker.memory.terminate): killing it, as a nanny would" >&2
+            kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
+            exit 0
+        fi
+        sleep 0.5
+    done
+) &
 wait "$hybrid_worker"
 hybrid_status=$?
 hybrid_mps_stop

@@ -23,4 +23,38 @@ hybrid_worker=
 trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; exit 143' TERM INT
 /opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 2 --memory-limit 4294967296 --resources 'GPU=0 notGPU=2' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-cpu-"$hybrid_suffix" &
 hybrid_worker=$!
+# No nanny watches this worker's memory: this does what a nanny would (Dask's
+# distributed.worker.memory.terminate): past 3984588 KiB resident (the worker's
+# process and its children) it kills the worker, its tasks are retried elsewhere as after any
+# lost worker, the job ends and its pool submits a replacement.
+# (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says)
+(
+    while kill -0 "$hybrid_worker" 2>/dev/null; do
+        hybrid_rss=0 hybrid_queue=$hybrid_worker
+        while [ -n "$hybrid_queue" ]; do
+            hybrid_pid=${hybrid_queue%% *}
+            hybrid_queue=${hybrid_queue#"$hybrid_pid"}
+            hybrid_queue=${hybrid_queue# }
+            {
+                while read -r hybrid_key hybrid_value hybrid_rest; do
+                    if [ "$hybrid_key" = VmRSS: ]; then
+                        hybrid_rss=$((hybrid_rss + hybrid_value))
+                        break
+                    fi
+                done < /proc/"$hybrid_pid"/status
+                for hybrid_children in /proc/"$hybrid_pid"/task/*/children; do
+                    hybrid_kids=
+                    read -r hybrid_kids < "$hybrid_children" || true
+                    [ -n "$hybrid_kids" ] && hybrid_queue="${hybrid_queue:+$hybrid_queue }$hybrid_kids"
+                done
+            } 2>/dev/null
+        done
+        if [ "$hybrid_rss" -gt 3984588 ]; then
+            echo "hybrid: the worker uses $hybrid_rss KiB, past 3984588 KiB (0.95 of its memory limit; distributed.worker.memory.terminate): killing it, as a nanny would" >&2
+            kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
+            exit 0
+        fi
+        sleep 0.5
+    done
+) &
 wait "$hybrid_worker"

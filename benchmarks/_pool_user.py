@@ -1,0 +1,31 @@
+"""One benchmark repetition of hybrid on HTCondor with ``job_files: shared``, run AS THE POOL'S
+JOB USER (:func:`benchmarks.realpools.run_as_pool_user`); prints its numbers as one JSON line.
+
+    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SHARED = "hybrid.batch.htcondor.shared-directories"
+
+
+def main(benchmark: str, n: str, staging: str, shared: str) -> None:
+    """The repetition; its numbers on stdout."""
+    settings = {"hybrid.batch.htcondor.job-files": "shared", SHARED: [shared]}
+    if benchmark == "scale-up":
+        from benchmarks.launchers import hybrid_once
+
+        numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings)
+    else:
+        from benchmarks.submit import hybrid_once
+
+        numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings)
+    print(json.dumps(numbers))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

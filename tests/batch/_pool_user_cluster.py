@@ -1,0 +1,61 @@
+"""Run by tests/batch/test_htcondor_job_files.py AS THE POOL'S JOB USER (see
+``benchmarks.realpools.as_pool_user``): a HybridCluster with one HTCondor pool whose staging
+directory lies in the pool's shared filesystem, two workers, a task; then it reports, as JSON
+on stdout, what the workers and the schedd saw, and what was left after ``close()``.
+
+    python -m tests.batch._pool_user_cluster STAGING SHARED_DIR JOB_FILES
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import dask
+import htcondor2
+
+from hybrid import HybridCluster
+
+
+def main(staging: str, shared: str, job_files: str) -> dict:
+    settings = {"hybrid.batch.staging-directory": staging,
+                "hybrid.batch.htcondor.shared-directories": [shared],
+                "hybrid.batch.htcondor.job-files": job_files,
+                "hybrid.scheduler.host": "127.0.0.1"}
+    out: dict = {}
+    with dask.config.set(settings), HybridCluster(security=True) as cluster:
+        cluster.add_pool("cpu", "htcondor", memory="512 MiB", nanny=False)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=150, progress=False)
+        pool = cluster.pools["cpu"]
+        directory = pool.staging.path
+        with cluster.get_client() as client:
+            out["sum"] = client.submit(sum, [1, 2, 3]).result()
+            out["cwd"] = sorted(set(client.run(os.getcwd).values()))
+            out["argv"] = list(client.run(lambda: sys.argv).values())
+            out["uid"] = sorted(set(client.run(os.getuid).values()))
+        out["staging"] = str(directory)
+        out["files"] = {p.name: [stat.S_IMODE(p.stat().st_mode), p.stat().st_uid]
+                        for p in directory.iterdir()}
+        ads = htcondor2.Schedd().query(
+            constraint=f'HybridCluster == "{cluster.name}"',
+            projection=["ClusterId", "ProcId", "ShouldTransferFiles", "Iwd", "Owner"])
+        out["ads"] = [{k: str(v) for k, v in ad.items()} for ad in ads]
+        job_id = f"{ads[0]['ClusterId']}.{ads[0]['ProcId']}"
+        log = pool.system.log_path(directory, job_id)
+        out["log"] = str(log) if log else None
+        out["log_text"] = log.read_text() if log and log.exists() else None
+        out["uid_here"] = os.getuid()
+        name = cluster.name
+    out["left"] = len(htcondor2.Schedd().query(
+        constraint=f'HybridCluster == "{name}" && JobStatus != 3 && JobStatus != 4',
+        projection=["ProcId"]))
+    out["staging_left"] = Path(out["staging"]).exists()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(*sys.argv[1:4])))
