@@ -2,10 +2,16 @@
 
 A GPU backlog grows the GPU pool only; CPU tasks grow the CPU pool only. The workers
 ``AdaptiveCore`` counts are the pool's batch jobs: ``plan``/``requested`` are the jobs in the
-queue, ``observed`` those whose worker has connected. Scaling up is immediate (queued jobs
-count, so nothing is submitted twice); scaling down waits for ``wait_count`` low readings
-(``AdaptiveCore``'s own rule) and removes jobs without a worker first, then idle workers only,
-retired gracefully so a worker holding the only copy of a result keeps it until it moved.
+queue (pending jobs count: a pending job is a worker on its way, so the pool never has more
+than ``maximum`` jobs queued and running, and demand that pending jobs will meet submits
+nothing), ``observed`` those whose worker has connected. The target is the tasks that can run
+now for the pool's resource, divided by what one job runs at once: with no worker yet, the
+whole demand goes out in one submission, not one job per queue wait. Scaling down waits for
+``wait_count`` low readings (``AdaptiveCore``'s own rule) and removes jobs without a worker
+first (held, then pending, the newest first), then idle workers only, retired gracefully so a
+worker holding the only copy of a result keeps it until it moved. Pools in an order of
+preference (:meth:`hybrid.HybridCluster.prefer`) split the demand by
+:func:`hybrid.manager.preference.shares`.
 """
 
 from __future__ import annotations
@@ -58,10 +64,9 @@ class PoolAdaptive(AdaptiveCore):
     # ------------------------------------------------------------------ AdaptiveCore
     @property
     def plan(self) -> set[str]:
-        """The pool's jobs in the queue (not those already being removed)."""
-        from hybrid.batch import JobState
-
-        return {j for j, s in self.pool.jobs.items() if s.state is not JobState.removing}
+        """The pool's jobs in the queue that count toward its target (not those being
+        removed, nor those retiring at the end of their lifetime)."""
+        return set(self.pool.counted())
 
     @property
     def requested(self) -> set[str]:
@@ -74,7 +79,8 @@ class PoolAdaptive(AdaptiveCore):
         return self._connected & self.plan
 
     async def target(self) -> int:
-        """Jobs the pool should have for the demand for its resource."""
+        """Jobs the pool should have for the demand for its resource (its share, when it is
+        in an order of preference)."""
         probe = await self.manager.probe()
         self._busy = probe["busy"]
         demand = probe["demand"].get(self.pool.resource, 0)
@@ -82,16 +88,43 @@ class PoolAdaptive(AdaptiveCore):
             demand += probe.get("unrestricted", 0)
             if self.pool.spec.gpus:  # a GPU pool that also takes the CPU tasks
                 demand += probe["demand"].get(NOT_GPU, 0)
+        order = self.manager.preferences.order_of(self.pool.name)
+        if len(order) > 1:
+            return self.manager.share(self.pool, demand, order)
         return math.ceil(demand / self.pool.spec.tasks_per_job(self.manager.fraction))
+
+    async def recommendations(self, target: int) -> dict:
+        """``AdaptiveCore``'s, but the jobs to close come in order: held and pending first,
+        the newest first, then running jobs whose worker has not joined, then idle workers."""
+        plan = self.plan
+        if target >= len(plan):
+            return await super().recommendations(target)
+        surplus = len(plan) - target
+        to_close = self.pool.least_needed(plan - self.observed)[:surplus]
+        if surplus > len(to_close):
+            to_close += [j for j in await self.workers_to_close(target)
+                         if j not in to_close][:surplus - len(to_close)]
+        firmly_close = set()
+        for job_id in to_close:
+            self.close_counts[job_id] += 1
+            if self.close_counts[job_id] >= self.wait_count:
+                firmly_close.add(job_id)
+        for job_id in list(self.close_counts):  # clear out unseen keys
+            if job_id in firmly_close or job_id not in to_close:
+                del self.close_counts[job_id]
+        if firmly_close:
+            return {"status": "down", "workers": list(firmly_close)}
+        return {"status": "same"}
 
     async def workers_to_close(self, target: int) -> list[str]:
         """Idle jobs (no task on their workers), the least loaded first."""
         busy = getattr(self, "_busy", {})
         live = await self.manager.live_workers()
         jobs = await self.manager.pool_workers(self.pool, live)
-        idle = [j for j, addresses in jobs.items()
-                if not any(busy.get(str(live[a].get("name")), 0) for a in addresses)]
-        return idle[:max(0, len(self.plan) - target)]
+        plan = self.plan
+        idle = [j for j, addresses in jobs.items() if j in plan
+                and not any(busy.get(str(live[a].get("name")), 0) for a in addresses)]
+        return idle[:max(0, len(plan) - target)]
 
     async def scale_up(self, n: int) -> None:
         """Submit jobs up to ``n`` in the queue."""

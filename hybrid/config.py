@@ -118,6 +118,8 @@ def setting_types() -> dict[str, Any]:
         "lifecycle.sigterm": StrictBool,
         "worker.nanny": StrictBool | None,
         "worker.check-paths": StrictBool,
+        "worker.lifetime-restart": StrictBool,
+        "adaptive.fallback-after": checked(_duration),
         "batch.poll-interval": checked(_duration),
         "batch.stuck-timeout": checked(_duration),
         "batch.lease": checked(_duration),

@@ -1,15 +1,19 @@
-"""Runs ON the scheduler (pickled by value, so the scheduler needs no hybrid install).
+"""Runs ON the scheduler or a worker (pickled by value: neither needs hybrid installed).
 
-Only the standard library may be imported here.
+Only the standard library may be imported at module level here (a function that runs on
+a worker may import distributed inside, which every worker has).
 """
 
 from __future__ import annotations
 
-_BACKLOG_STATES = ("no-worker", "queued", "processing", "waiting")
+#: Tasks that can run now (on a worker, queued on the scheduler, or waiting for a worker
+#: that can run them); "waiting" tasks still wait for their dependencies.
+_BACKLOG_STATES = ("no-worker", "queued", "processing")
 
 
 def resource_demand(dask_scheduler=None, resource_names=("GPU", "notGPU")) -> dict:
-    """Per resource: tasks waiting or running that need it, and the unrestricted count."""
+    """Per resource: tasks that can run now (queued, waiting for a worker, or running) and
+    need it, and the unrestricted count."""
     demand = {name: 0 for name in resource_names}
     unrestricted = 0
     for ts in dask_scheduler.tasks.values():
@@ -56,3 +60,29 @@ def fail_unrunnable(dask_scheduler=None, resources=(), message="") -> int:
         dask_scheduler._transitions(recommendations, client_msgs, worker_msgs, stimulus_id)
         dask_scheduler.send_all(client_msgs, worker_msgs)
     return len(keys)
+
+
+async def drain_worker(dask_worker=None, deadline=None, restart=False,
+                       reason="hybrid: end of the worker's lifetime") -> None:
+    """Runs ON a worker (sent by the pool manager, in the background): take no new task,
+    let the running ones finish (for at most ``deadline`` seconds), then retire: the
+    scheduler moves this worker's results to other workers before it closes (``restart``:
+    its nanny starts a fresh worker in the same job)."""
+    import asyncio
+    import time
+
+    from distributed.core import Status
+
+    if dask_worker.status not in (Status.running, Status.paused):
+        return  # already closing (its own --lifetime, a retirement, a signal)
+    dask_worker.status = Status.closing_gracefully  # the scheduler sends it nothing more
+    end = None if deadline is None else time.monotonic() + max(0.0, deadline)
+    state = dask_worker.state
+    while (state.executing or state.long_running) and (end is None or time.monotonic() < end):
+        await asyncio.sleep(0.2)
+    # what Worker.close_gracefully does, which returns at once for a worker that is
+    # already closing_gracefully
+    await dask_worker.scheduler.retire_workers(
+        workers=[dask_worker.address], close_workers=False, remove=True,
+        stimulus_id=f"hybrid-drain-{time.time()}")
+    await dask_worker.close(nanny=not restart, reason=reason)

@@ -254,6 +254,7 @@ class BatchSystem(abc.ABC):
             "scheduler": job.connection.scheduler_address,
             "walltime": f"{hhmm}:00",
             "walltime_hhmm": hhmm,
+            "walltime_seconds": job.spec.walltime_seconds() or job.spec.lease,
             "lease_seconds": job.spec.lease,
             # shared filesystem: the job appends its output to worker-<id>.log in staging
             "log_directory": None if self.ships_files else str(staging),
@@ -349,6 +350,8 @@ class CommandLineSystem(BatchSystem):
     remove_command: ClassVar[str]
     #: Words in a tool's stderr meaning "that job is no longer there", not a failure.
     gone_words: ClassVar[tuple[str, ...]] = ()
+    #: Reasons of :meth:`parse_query` that say the system evicted (preempted) the job.
+    evicted_reasons: ClassVar[tuple[str, ...]] = ()
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Submit the rendered script once (once per ``max_array_size`` workers where the system
@@ -410,7 +413,8 @@ class CommandLineSystem(BatchSystem):
             owner, pool, scheduler = parse_tag(tag, ours)
             if owner is None or (cluster is not None and owner != cluster):
                 continue
-            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler)
+            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler,
+                                      evicted=reason in self.evicted_reasons)
         if ids is not None:
             return [found[j] for j in ids if j in found]
         return list(found.values())

@@ -40,7 +40,13 @@ class JobState(str, Enum):
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One job as the batch system reports it."""
+    """One job as the batch system reports it.
+
+    ``starts`` is how many times the system has started the job (HTCondor's
+    ``JobRunCount``; ``None`` where the query does not say): a job that starts again after
+    an eviction counts up. ``evicted`` is True when the system itself says the job was
+    evicted, vacated or preempted (not removed, not failed).
+    """
 
     job_id: str
     state: JobState
@@ -48,11 +54,14 @@ class JobStatus:
     cluster: str | None = None
     pool: str | None = None
     scheduler: str | None = None
+    starts: int | None = None
+    evicted: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"job_id": self.job_id, "state": self.state.value, "reason": self.reason,
-                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler}
+                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler,
+                "starts": self.starts, "evicted": self.evicted}
 
 
 #: The tag of ``hybrid.yaml`` (staging directories recorded before tags were recorded).

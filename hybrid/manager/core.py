@@ -40,8 +40,11 @@ from hybrid.errors import (
     ToolMissing,
 )
 from hybrid.manager.closing import Closing
+from hybrid.manager.lifetime import Lifetimes
 from hybrid.manager.pool import ManagedPool, PoolStatus, short_ids
+from hybrid.manager.preference import Preferences, capacity, shares
 from hybrid.manager.waiting import WaitingForWorkers
+from hybrid.manager.watching import JobWatch
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU, gpu_fraction
 from hybrid.worker import Connection
@@ -52,7 +55,7 @@ logger = logging.getLogger("hybrid")
 SCHEDULER_ANSWERS_WITHIN = 5.0
 
 
-class PoolManager(WaitingForWorkers, Closing):
+class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     """The pools of one cluster and everything between its scheduler and batch systems.
 
     ``scheduler`` is an ``rpc`` to the scheduler (``identity``, ``run_function``,
@@ -69,6 +72,11 @@ class PoolManager(WaitingForWorkers, Closing):
         #: What the cluster's workers may add up to (``max_workers``, ``max_cores``,
         #: ``max_memory`` in bytes; ``None``: no limit), e.g. a gateway admin's limits.
         self.limits: dict[str, float | None] = {}
+        #: The clock of every time the manager keeps (queue waits, lifetimes, fallbacks):
+        #: ``time.monotonic``; a simulation gives its own.
+        self.clock: Callable[[], float] = time.monotonic
+        #: Which pool takes which pool's demand when its jobs wait (:meth:`prefer`).
+        self.preferences = Preferences()
         self._executor = ThreadPoolExecutor(max_workers=4,
                                             thread_name_prefix=f"hybrid-{cluster}")
         self._reconciler: asyncio.Task | None = None
@@ -109,7 +117,26 @@ class PoolManager(WaitingForWorkers, Closing):
     def status(self) -> dict[str, PoolStatus]:
         """Each pool's :class:`~hybrid.manager.pool.PoolStatus`, as of its last refresh
         (every ``hybrid.batch.poll-interval``; no batch system is asked here)."""
-        return {name: pool.status() for name, pool in self.pools.items()}
+        now = self.clock()
+        return {name: pool.status(now, self.preferences.fallback_of(name))
+                for name, pool in self.pools.items()}
+
+    def prefer(self, order: Any, fallback_after: Any = None, label: str = "prefer") -> None:
+        """Record an order of preference between pools (see
+        :mod:`hybrid.manager.preference`); ``None`` forgets every order."""
+        if order is None:
+            self.preferences.clear()
+            return
+        if fallback_after is None:
+            fallback_after = config.get("adaptive.fallback-after", "5 minutes")
+        self.preferences.add(order, self.pools, fallback_after, label)
+
+    def share(self, pool: ManagedPool, demand: int, order: list[str]) -> int:
+        """The jobs ``pool`` should have for ``demand`` tasks, as its share of ``order``."""
+        now = self.clock()
+        return shares(demand, [capacity(self.pools[name], self.fraction, now,
+                                        self.preferences.fallback_of(name))
+                               for name in order])[pool.name]
 
     def systems(self) -> list[BatchSystem]:
         """The batch system objects of the pools, each once."""
@@ -153,6 +180,9 @@ class PoolManager(WaitingForWorkers, Closing):
         pool.submit_calls += 1
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address) for j in ids)
+        now = self.clock()
+        for job_id in ids:
+            pool._submitted[job_id] = now
         logger.info("pool %s: submitted %d worker job(s): %s", pool.name, len(ids),
                     short_ids(ids))
         return ids
@@ -208,8 +238,7 @@ class PoolManager(WaitingForWorkers, Closing):
         if missing:
             statuses.update({s.job_id: s for s in await self.call(
                 pool.system.query, job_ids=missing, history=True)})
-        now = time.monotonic()
-        stuck_after = self.stuck_after()
+        now = self.clock()
         for job_id in tracked:
             if job_id not in pool.jobs:
                 continue
@@ -219,34 +248,26 @@ class PoolManager(WaitingForWorkers, Closing):
                     job_id, JobState.finished, "no longer in the queue", self.cluster,
                     pool.name))
             if status.state.active:
+                self._observe(pool, pool.jobs[job_id], status, now)
                 pool.jobs[job_id] = status
-                self._watch_pending(pool, status, now, stuck_after)
                 continue
             del pool.jobs[job_id]
             pool.ended.append(status)
-            pool._first_pending.pop(job_id, None)
-            if job_id in pool._removed or job_id in pool._connected:
+            drained = job_id in pool._drained
+            pool.forget(job_id)
+            if job_id in pool._removed:
+                continue
+            if status.evicted:  # preempted out of the queue: not a failure; refilled
+                self._evicted(pool, status, left=True)
+                continue
+            if job_id in pool._connected:
+                if status.state in (JobState.failed, JobState.removed) and not drained:
+                    self._ended_with_worker(pool, status)
                 continue
             if status.state in (JobState.failed, JobState.removed, JobState.finished):
                 self._failure(pool, pool.describe_end(status))
-
-    def _watch_pending(self, pool: ManagedPool, status: JobStatus, now: float,
-                       limit: float) -> None:
-        if status.state is not JobState.pending:
-            pool._first_pending.pop(status.job_id, None)
-            return
-        first = pool._first_pending.setdefault(status.job_id, now)
-        if now - first < limit:
-            return
-        known = pool.stuck.get(status.job_id, "unreported")
-        if known == "unreported" or (known is None and status.reason):
-            pool.stuck[status.job_id] = status.reason
-            logger.warning(
-                "pool %s: job %s has been queued for more than %.0f s (%s); it counts toward "
-                "the target and is not resubmitted. `hybrid status --system %s --cluster %s` "
-                "shows the queue.", pool.name, status.job_id, limit,
-                status.reason or "no reason given by the batch system yet", pool.system.name,
-                self.cluster)
+        self._report_pending(pool, now)
+        self._log_change(pool)
 
     def _failure(self, pool: ManagedPool, why: str, final: bool = False,
                  report: bool = True) -> None:
@@ -339,7 +360,7 @@ class PoolManager(WaitingForWorkers, Closing):
         and is reported once: by its exception."""
         async with pool.scaling:
             await self.refresh(pool)
-            active = pool.active()
+            active = pool.counted()
             if len(active) < n:
                 self.check_limits(pool, n)
             previous, pool.target = pool.target, n
@@ -356,7 +377,7 @@ class PoolManager(WaitingForWorkers, Closing):
         """Refuse ``jobs`` jobs of ``pool`` when the cluster would exceed :attr:`limits`."""
         if not any(v is not None for v in self.limits.values()):
             return
-        counts = {p.name: len(p.active()) for p in self.pools.values()}
+        counts = {p.name: len(p.counted()) for p in self.pools.values()}
         counts[pool.name] = jobs
         totals = {
             "max_workers": sum(counts[p.name] * p.spec.processes for p in self.pools.values()),
@@ -388,10 +409,7 @@ class PoolManager(WaitingForWorkers, Closing):
         workers retired gracefully (their results moved elsewhere first)."""
         live = await self.live_workers()
         connected = await self.pool_workers(pool, live)
-        active = pool.active()
-        unconnected = sorted((j for j in active if j not in connected),
-                             key=lambda j: pool.jobs[j].state is not JobState.pending)
-        chosen = unconnected[:count]
+        chosen = pool.least_needed([j for j in pool.counted() if j not in connected])[:count]
         await self.remove(pool, chosen)
         removed = list(chosen)
         left = count - len(chosen)
@@ -401,7 +419,8 @@ class PoolManager(WaitingForWorkers, Closing):
             def job_load(job_id: str) -> int:
                 return sum(load.get(str(live[a].get("name")), 0) for a in connected[job_id])
 
-            candidates = sorted((j for j in connected if j in pool.jobs), key=job_load)
+            candidates = sorted((j for j in connected if j in pool.jobs
+                                 and j not in pool.retiring), key=job_load)
             if idle_only:
                 candidates = [j for j in candidates if job_load(j) == 0]
             candidates = candidates[:left]
@@ -422,7 +441,8 @@ class PoolManager(WaitingForWorkers, Closing):
         if pool.failed:
             await self._give_up(pool)
             return
-        if pool.adaptive is None and pool.target > len(pool.active()):
+        await self.check_lifetimes(pool)
+        if pool.adaptive is None and pool.target > len(pool.counted()):
             async with pool.scaling:
                 await self._refill(pool)
         held = [s for s in pool.jobs.values() if s.state is JobState.held]
@@ -433,7 +453,7 @@ class PoolManager(WaitingForWorkers, Closing):
 
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
-        missing = pool.target - len(pool.active())
+        missing = pool.target - len(pool.counted())
         if pool.adaptive is not None or missing <= 0:
             return
         try:  # replacements only for a scheduler that answers: none would join a dead one
@@ -443,8 +463,10 @@ class PoolManager(WaitingForWorkers, Closing):
                            "scheduler does not answer (%s)", pool.name, missing, pool.target,
                            error)
             return
-        logger.info("pool %s: %d of its %d job(s) are gone; submitting replacements",
-                    pool.name, missing, pool.target)
+        retiring = sum(1 for j in pool.retiring if j in pool.jobs)
+        logger.info("pool %s: %d of its %d job(s) %s; submitting replacements", pool.name,
+                    missing, pool.target, "are gone" if not retiring else
+                    f"are gone or at the end of their lifetime ({retiring} retiring)")
         with contextlib.suppress(BatchError, ConfigurationError, OSError, PoolFailed):
             await self.submit(pool, missing)
 
@@ -533,7 +555,11 @@ class PoolManager(WaitingForWorkers, Closing):
                                pool.system.name, error, pool.system.name, self.cluster)
                 continue
             pool.track(s for s in statuses if s.pool == pool.name and s.state.active)
-            pool.target = len(pool.active())
+            now = self.clock()
+            for status in statuses:  # their walltime runs from about now: a lower bound
+                if status.pool == pool.name and status.state is JobState.running:
+                    pool._started.setdefault(status.job_id, now)
+            pool.target = len(pool.counted())
 
     async def jobs(self, pool: str | None = None) -> list[JobStatus]:
         """The jobs of ``pool`` (or of every pool) in the queue, as the systems list them now

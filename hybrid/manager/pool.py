@@ -9,6 +9,7 @@ batch system anything.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,7 +36,12 @@ class PoolStatus:
     ``held``, ``removing``); ``reasons`` gives, per state, each reason the batch system gave
     and how many jobs it holds (``{"pending": {"Resources": 3}}``); ``connected`` is the
     number of the pool's jobs whose worker has joined; ``adaptive`` the bounds while the
-    pool adapts.
+    pool adapts. ``retiring`` counts the jobs at the end of their lifetime (their workers
+    drain, their replacements are on the way), ``evictions`` the jobs the batch system
+    evicted or preempted so far (none of them a failure), ``oldest_pending`` how long the
+    longest-waiting pending job has waited (seconds), and ``fallback`` the pool that takes
+    this pool's demand when its jobs wait longer than ``fallback_after`` seconds
+    (:meth:`hybrid.HybridCluster.prefer`).
     """
 
     name: str
@@ -47,6 +53,11 @@ class PoolStatus:
     connected: int = 0
     adaptive: tuple[int, int] | None = None
     failed: str | None = None
+    retiring: int = 0
+    evictions: int = 0
+    oldest_pending: float | None = None
+    fallback: str | None = None
+    fallback_after: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -55,7 +66,9 @@ class PoolStatus:
                 "reasons": {k: dict(v) for k, v in self.reasons.items()},
                 "connected": self.connected,
                 "adaptive": list(self.adaptive) if self.adaptive else None,
-                "failed": self.failed}
+                "failed": self.failed, "retiring": self.retiring,
+                "evictions": self.evictions, "oldest_pending": self.oldest_pending,
+                "fallback": self.fallback, "fallback_after": self.fallback_after}
 
     def summary(self) -> str:
         """One line: ``pool gpu (htcondor): 2 running, 3 pending (Resources: 3); target 5``."""
@@ -67,12 +80,30 @@ class PoolStatus:
                           if why else "")
                 parts.append(f"{count} {state}{detail}")
         text = f"pool {self.name} ({self.system}): " + (", ".join(parts) or "no job")
+        if self.oldest_pending is not None and self.oldest_pending >= 60:
+            text += f", the oldest pending for {_duration(self.oldest_pending)}"
         text += f"; target {self.target}"
         if self.adaptive:
             text += f" (adaptive {self.adaptive[0]}-{self.adaptive[1]})"
+        if self.retiring:
+            text += f"; {self.retiring} retiring at the end of their lifetime"
+        if self.evictions:
+            text += f"; {self.evictions} evicted so far"
+        if self.fallback:
+            text += (f"; falls back to {self.fallback} after "
+                     f"{_duration(self.fallback_after or 0)} pending")
         if self.failed:
             text += f"; gave up: {self.failed}"
         return text
+
+
+def _duration(seconds: float) -> str:
+    """``"45 s"``, ``"12 min"``, ``"3.5 h"``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 #: What common exit codes of a worker job mean, and what to do.
@@ -117,6 +148,22 @@ class ManagedPool:
         self.waiters = 0
         #: The task that fails the pool's waiting tasks once it gave up.
         self.giving_up: asyncio.Future | None = None
+        #: Jobs at the end of their lifetime: job id -> when their worker starts draining
+        #: (manager clock). They no longer count toward the target: their replacements do.
+        self.retiring: dict[str, float] = {}
+        #: Evictions and preemptions so far (never failures), the last ones for reports.
+        self.evictions = 0
+        self.evicted: deque[str] = deque(maxlen=20)
+        #: How long the last jobs waited in the queue before they started (seconds).
+        self.queue_waits: deque[float] = deque(maxlen=50)
+        #: When each job was submitted and first seen running (its walltime's start), and
+        #: how many times the system started it, by job id (manager clock).
+        self._submitted: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._starts: dict[str, int] = {}
+        #: Jobs whose workers were told to drain.
+        self._drained: set[str] = set()
+        self._last_logged: Any = None
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
         self._connected: set[str] = set()
@@ -143,10 +190,36 @@ class ManagedPool:
         return bool(self.submit_calls or self.jobs or self.adopted or self.attempted)
 
     def active(self) -> list[str]:
-        """Ids of the jobs that count toward the target: pending, running or held (as of
-        the last refresh; jobs being removed do not count)."""
+        """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
+        jobs being removed are not listed)."""
         return [j for j, s in self.jobs.items()
                 if s.state.active and s.state is not JobState.removing]
+
+    def counted(self) -> list[str]:
+        """The :meth:`active` jobs that count toward the target: all but those retiring at
+        the end of their lifetime (their replacements count instead)."""
+        if not self.retiring:
+            return self.active()
+        return [j for j in self.active() if j not in self.retiring]
+
+    def least_needed(self, job_ids: Iterable[str]) -> list[str]:
+        """Jobs without a worker in the order to remove them: held first, then pending,
+        the newest first (the oldest have waited longest and start soonest), then running
+        jobs whose worker has not joined yet."""
+        rank = {JobState.held: 0, JobState.pending: 1}
+
+        def key(job_id: str) -> tuple[int, float]:
+            state = self.jobs[job_id].state if job_id in self.jobs else JobState.pending
+            return rank.get(state, 2), -self._submitted.get(job_id, 0.0)
+
+        return sorted(job_ids, key=key)
+
+    def forget(self, job_id: str) -> None:
+        """Drop what the pool keeps on a job that left the queue."""
+        for record in (self._first_pending, self._submitted, self._started, self._starts,
+                       self.retiring, self.stuck):
+            record.pop(job_id, None)
+        self._drained.discard(job_id)
 
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
@@ -200,8 +273,11 @@ class ManagedPool:
             served |= {NOT_GPU, None}
         return served
 
-    def status(self) -> PoolStatus:
-        """Where the pool stands, as of its last refresh (no batch system is asked)."""
+    def status(self, now: float | None = None,
+               fallback: tuple[str, float] | None = None) -> PoolStatus:
+        """Where the pool stands, as of its last refresh (no batch system is asked);
+        ``now`` on the manager's clock, ``fallback`` the pool (and its time) that takes
+        this pool's demand when its jobs wait."""
         counts = {state.value: 0 for state in _SHOWN}
         reasons: dict[str, dict[str, int]] = {}
         for job in self.jobs.values():
@@ -211,17 +287,25 @@ class ManagedPool:
                     by_reason = reasons.setdefault(job.state.value, {})
                     by_reason[job.reason] = by_reason.get(job.reason, 0) + 1
         adaptive = self.adaptive
+        now = time.monotonic() if now is None else now
+        waiting = [now - since for j, since in self._first_pending.items()
+                   if j in self.jobs and self.jobs[j].state is JobState.pending]
         return PoolStatus(
             name=self.name, system=self.system.name, resource=self.resource,
             target=self.target, jobs=counts, reasons=reasons,
             connected=len(self._connected & set(self.jobs)),
             adaptive=None if adaptive is None else (adaptive.minimum, adaptive.maximum),
-            failed=self.failed)
+            failed=self.failed, retiring=sum(1 for j in self.retiring if j in self.jobs),
+            evictions=self.evictions,
+            oldest_pending=round(max(waiting), 1) if waiting else None,
+            fallback=fallback[0] if fallback else None,
+            fallback_after=fallback[1] if fallback else None)
 
     def __repr__(self) -> str:
         failed = f", failed: {self.failed}" if self.failed else ""
         return (f"<Pool {self.name!r} on {self.system.name}: target {self.target}, "
-                f"{len(self.active())} active job(s){failed}>")
+                f"{self.status().summary().split(': ', 1)[1].split('; target')[0]}"
+                f"{failed}>")
 
 
 #: Where the logs of failed jobs are kept after their cluster's staging is gone.
