@@ -83,6 +83,7 @@ class PoolAdaptive(AdaptiveCore):
         in an order of preference)."""
         probe = await self.manager.probe()
         self._busy = probe["busy"]
+        self._holds = probe.get("holds", {})
         demand = probe["demand"].get(self.pool.resource, 0)
         if self.pool.spec.serves_cpu_tasks:
             demand += probe.get("unrestricted", 0)
@@ -117,14 +118,27 @@ class PoolAdaptive(AdaptiveCore):
         return {"status": "same"}
 
     async def workers_to_close(self, target: int) -> list[str]:
-        """Idle jobs (no task on their workers), the least loaded first."""
+        """Idle jobs (no task on their workers); a worker holding results only while
+        another worker of the cluster stays to take them (else retiring it would fail)."""
         busy = getattr(self, "_busy", {})
+        holds = getattr(self, "_holds", {})
         live = await self.manager.live_workers()
         jobs = await self.manager.pool_workers(self.pool, live)
         plan = self.plan
+        names = {a: str(info.get("name")) for a, info in live.items()}
         idle = [j for j, addresses in jobs.items() if j in plan
-                and not any(busy.get(str(live[a].get("name")), 0) for a in addresses)]
-        return idle[:max(0, len(plan) - target)]
+                and not any(busy.get(names[a], 0) for a in addresses if a in names)]
+        idle.sort(key=lambda j: sum(holds.get(names.get(a, ""), 0) for a in jobs[j]))
+        chosen: list[str] = []
+        staying = set(live)
+        for job_id in idle[:max(0, len(plan) - target)]:
+            addresses = set(jobs[job_id])
+            holding = any(holds.get(names.get(a, ""), 0) for a in addresses)
+            if holding and not staying - addresses:
+                continue  # its results would have nowhere to go
+            staying -= addresses
+            chosen.append(job_id)
+        return chosen
 
     async def scale_up(self, n: int) -> None:
         """Submit jobs up to ``n`` in the queue."""
@@ -138,9 +152,12 @@ class PoolAdaptive(AdaptiveCore):
         await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
         addresses = [a for j in chosen if j in connected for a in connected[j]]
         if addresses:
-            await self.manager.scheduler.retire_workers(workers=addresses, close_workers=True,
-                                                        remove=True)
-            await self.manager.remove(self.pool, [j for j in chosen if j in connected])
+            retired = await self.manager.scheduler.retire_workers(
+                workers=addresses, close_workers=True, remove=True) or {}
+            # a worker whose results could not move stays, and so does its job
+            await self.manager.remove(self.pool, [
+                j for j in chosen if j in connected
+                and all(a in retired for a in connected[j])])
         self.pool.target = len(self.plan)
 
     async def adapt(self) -> None:

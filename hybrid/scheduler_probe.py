@@ -13,7 +13,8 @@ _BACKLOG_STATES = ("no-worker", "queued", "processing")
 
 def resource_demand(dask_scheduler=None, resource_names=("GPU", "notGPU")) -> dict:
     """Per resource: tasks that can run now (queued, waiting for a worker, or running) and
-    need it, and the unrestricted count."""
+    need it, and the unrestricted count; per worker name: tasks it runs (``busy``) and
+    results it holds (``holds``)."""
     demand = {name: 0 for name in resource_names}
     unrestricted = 0
     for ts in dask_scheduler.tasks.values():
@@ -28,9 +29,11 @@ def resource_demand(dask_scheduler=None, resource_names=("GPU", "notGPU")) -> di
         if not matched:
             unrestricted += 1
     busy = {}
+    holds = {}
     for ws in dask_scheduler.workers.values():
         busy[str(ws.name)] = len(ws.processing) + len(getattr(ws, "long_running", ()))
-    return {"demand": demand, "unrestricted": unrestricted, "busy": busy}
+        holds[str(ws.name)] = len(ws.has_what)
+    return {"demand": demand, "unrestricted": unrestricted, "busy": busy, "holds": holds}
 
 
 def fail_unrunnable(dask_scheduler=None, resources=(), message="") -> int:
@@ -66,8 +69,8 @@ async def drain_worker(dask_worker=None, deadline=None, restart=False,
                        reason="hybrid: end of the worker's lifetime") -> None:
     """Runs ON a worker (sent by the pool manager, in the background): take no new task,
     let the running ones finish (for at most ``deadline`` seconds), then retire: the
-    scheduler moves this worker's results to other workers before it closes (``restart``:
-    its nanny starts a fresh worker in the same job)."""
+    scheduler moves this worker's results to other workers before it closes, once another
+    worker can take them (``restart``: its nanny starts a fresh worker in the same job)."""
     import asyncio
     import time
 
@@ -80,9 +83,18 @@ async def drain_worker(dask_worker=None, deadline=None, restart=False,
     state = dask_worker.state
     while (state.executing or state.long_running) and (end is None or time.monotonic() < end):
         await asyncio.sleep(0.2)
-    # what Worker.close_gracefully does, which returns at once for a worker that is
-    # already closing_gracefully
-    await dask_worker.scheduler.retire_workers(
-        workers=[dask_worker.address], close_workers=False, remove=True,
-        stimulus_id=f"hybrid-drain-{time.time()}")
+    # what Worker.close_gracefully does (which returns at once for a worker that is already
+    # closing_gracefully), retried while no other worker can take the results yet (e.g. its
+    # replacement has not joined), until the deadline
+    address = dask_worker.address
+    while True:
+        late = end is not None and time.monotonic() >= end
+        running = await dask_worker.scheduler.ncores_running()
+        if late or any(other != address for other in running):
+            retired = await dask_worker.scheduler.retire_workers(
+                workers=[address], close_workers=False, remove=True,
+                stimulus_id=f"hybrid-drain-{time.time()}")
+            if address in (retired or {}) or late:
+                break
+        await asyncio.sleep(2.0)
     await dask_worker.close(nanny=not restart, reason=reason)

@@ -85,10 +85,12 @@ class Lifetimes:
     async def drain(self, pool: ManagedPool, job_ids: list[str], restart: bool = False
                     ) -> None:
         """Drain the workers of these jobs (jobs without a worker are removed)."""
+        import cloudpickle
         from distributed.protocol.pickle import dumps
 
         from hybrid import scheduler_probe
 
+        cloudpickle.register_pickle_by_value(scheduler_probe)  # workers need no hybrid
         connected = await self.pool_workers(pool)  # type: ignore[attr-defined]
         now = self.clock()
         lonely = [j for j in job_ids if j not in connected]

@@ -43,7 +43,37 @@ def _build():
 
         return os.environ.get(name)
 
-    return gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value
+    def recorded_work(x: int, seconds: float) -> int:
+        """A plain task that takes ``seconds`` and reports each run of itself to the
+        scheduler (event topic ``hybrid-runs``): a task run twice was recomputed."""
+        import time
+
+        from distributed import get_worker
+
+        worker = get_worker()
+        worker.log_event("hybrid-runs", {"key": str(worker.get_current_task()),
+                                         "worker": str(worker.name)})
+        time.sleep(seconds)
+        return x
+
+    def held_until(name: str, x: int) -> int:
+        """A plain task that runs until the distributed Event ``name`` is set."""
+        from distributed import Event
+
+        Event(name).wait(timeout=600)
+        return x
+
+    return (gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value,
+            recorded_work, held_until)
 
 
-simulate, pack, slow_simulation, square, environment_value = _build()
+(simulate, pack, slow_simulation, square, environment_value, recorded_work,
+ held_until) = _build()
+
+
+def runs_per_key(client) -> dict[str, int]:
+    """How many times each task recorded by :func:`recorded_work` ran."""
+    counts: dict[str, int] = {}
+    for _, message in client.get_events("hybrid-runs"):
+        counts[message["key"]] = counts.get(message["key"], 0) + 1
+    return counts
