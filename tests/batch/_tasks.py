@@ -57,9 +57,11 @@ def _build():
         return x
 
     def held_until(name: str, x: int) -> int:
-        """A plain task that runs until the distributed Event ``name`` is set."""
-        from distributed import Event
+        """A plain task that runs until the distributed Event ``name`` is set; it reports
+        its start (event topic ``hybrid-held``: ``x``)."""
+        from distributed import Event, get_worker
 
+        get_worker().log_event("hybrid-held", {"x": x})
         Event(name).wait(timeout=600)
         return x
 
@@ -69,6 +71,11 @@ def _build():
 
 (simulate, pack, slow_simulation, square, environment_value, recorded_work,
  held_until) = _build()
+
+
+def started_held(client) -> set[int]:
+    """The ``x`` of every :func:`held_until` task that has started."""
+    return {message["x"] for _, message in client.get_events("hybrid-held")}
 
 
 def runs_per_key(client) -> dict[str, int]:
