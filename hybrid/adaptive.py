@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from distributed.deploy.adaptive_core import AdaptiveCore
 from tornado.ioloop import PeriodicCallback
 
+from hybrid.batch.jobs import QUEUED_STATES
 from hybrid.errors import ConfigurationError
 from hybrid.routing import NOT_GPU
 
@@ -59,14 +60,17 @@ class PoolAdaptive(AdaptiveCore):
         #: Steps taken so far.
         self.steps = 0
         self._connected: set[str] = set()
+        self._plan: set[str] | None = None
         self._callback: PeriodicCallback | None = None
 
     # ------------------------------------------------------------------ AdaptiveCore
     @property
     def plan(self) -> set[str]:
         """The pool's jobs in the queue that count toward its target (not those being
-        removed, nor those retiring at the end of their lifetime)."""
-        return set(self.pool.counted())
+        removed, nor those retiring at the end of their lifetime); read once per step."""
+        if self._plan is None:
+            self._plan = set(self.pool.counted())
+        return self._plan
 
     @property
     def requested(self) -> set[str]:
@@ -141,12 +145,19 @@ class PoolAdaptive(AdaptiveCore):
         return chosen
 
     async def scale_up(self, n: int) -> None:
-        """Submit jobs up to ``n`` in the queue."""
-        await self.manager.scale(self.pool, n)
+        """Submit jobs up to ``n`` in the queue: never more than ``maximum`` jobs queued and
+        running, those retiring at the end of their lifetime included (their replacements
+        then go out as they leave)."""
+        retiring = sum(1 for j in self.pool.retiring if j in self.pool.jobs
+                       and self.pool.jobs[j].state in QUEUED_STATES)
+        n = min(n, int(self.maximum) - retiring)
+        if n > len(self.plan):
+            await self.manager.scale(self.pool, n)
+        self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:
         """Remove these jobs: without a worker at once, with one after graceful retirement."""
-        chosen = [j for j in workers if j in self.pool.jobs]
+        chosen = sorted(j for j in workers if j in self.pool.jobs)
         live = await self.manager.live_workers()
         connected = await self.manager.pool_workers(self.pool, live)
         await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
@@ -158,6 +169,7 @@ class PoolAdaptive(AdaptiveCore):
             await self.manager.remove(self.pool, [
                 j for j in chosen if j in connected
                 and all(a in retired for a in connected[j])])
+        self._plan = None
         self.pool.target = len(self.plan)
 
     async def adapt(self) -> None:
@@ -165,12 +177,15 @@ class PoolAdaptive(AdaptiveCore):
         self.steps += 1
         try:
             await self.manager.refresh(self.pool)
+            self._plan = None
             self._connected = set(await self.manager.pool_workers(self.pool))
             await super().adapt()
+            self._plan = None
             self.pool.target = len(self.plan)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # keep adapting; the error is reported
+            self._plan = None
             self.errors.append(str(error))
             logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
         if self.pool.failed:

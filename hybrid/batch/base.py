@@ -146,6 +146,9 @@ class BatchSystem(abc.ABC):
     reserved_directives: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: The system's own settings.
     Settings: ClassVar[type[SystemSettings]] = SystemSettings
+    #: True for a system whose calls return at once without blocking (the pool manager
+    #: then calls them on its event loop, not in its threads).
+    answers_at_once: ClassVar[bool] = False
     #: What to check when the system's tools are there but do not answer (``hybrid doctor``).
     unreachable_fix: ClassVar[str] = ("Check that the batch system's client tools work from "
                                       "this node (configuration, credentials, network).")

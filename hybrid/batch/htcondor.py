@@ -350,7 +350,8 @@ class HTCondor(BatchSystem):
             out.setdefault(job_id, JobStatus(
                 job_id, state, reason, ad.get(tag), ad.get(f"{tag}Pool"),
                 ad.get(f"{tag}Scheduler"), starts=None if starts is None else int(starts),
-                evicted=ad.get("LastVacateTime") is not None))
+                evicted=in_queue and int(ad.get("JobStatus", 0)) == _IDLE
+                and ad.get("LastVacateTime") is not None))  # waits again after a vacate
         return list(out.values())
 
     def remove(self, job_ids: Iterable[str]) -> None:

@@ -35,7 +35,14 @@ class JobState(str, Enum):
     @property
     def active(self) -> bool:
         """Pending, running, held or being removed: the job still occupies the queue."""
-        return self in (JobState.pending, JobState.running, JobState.held, JobState.removing)
+        return self in ACTIVE_STATES
+
+
+#: The states of a job still in the queue (:attr:`JobState.active`).
+ACTIVE_STATES = frozenset({JobState.pending, JobState.running, JobState.held,
+                           JobState.removing})
+#: The states of a job that counts toward a pool's jobs: in the queue, not being removed.
+QUEUED_STATES = frozenset({JobState.pending, JobState.running, JobState.held})
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,8 @@ class JobStatus:
     ``starts`` is how many times the system has started the job (HTCondor's
     ``JobRunCount``; ``None`` where the query does not say): a job that starts again after
     an eviction counts up. ``evicted`` is True when the system itself says the job was
-    evicted, vacated or preempted (not removed, not failed).
+    evicted: it waits in the queue again after a vacate, or it left the queue preempted
+    (state ``removed``), neither a failure.
     """
 
     job_id: str

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from dask.utils import parse_timedelta
 
 from hybrid import config
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob, get_system
+from hybrid.batch.jobs import ACTIVE_STATES
 from hybrid.errors import (
     BatchError,
     ConfigurationError,
@@ -53,6 +55,10 @@ logger = logging.getLogger("hybrid")
 
 #: Seconds the scheduler has to answer before a pool's lost jobs are replaced.
 SCHEDULER_ANSWERS_WITHIN = 5.0
+
+#: The functions run on the scheduler, pickled (by value) once.
+_PICKLED: dict[Callable, bytes] = {}
+_NO_ARGS = pickle.dumps(())
 
 
 class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
@@ -146,7 +152,10 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         return list(seen.values())
 
     async def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking batch-system call in the manager's threads."""
+        """Run a blocking batch-system call in the manager's threads (a system that
+        answers at once, on the loop)."""
+        if getattr(getattr(function, "__self__", None), "answers_at_once", False):
+            return function(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor,
                                           functools.partial(function, *args, **kwargs))
@@ -230,6 +239,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
     async def _refresh(self, pool: ManagedPool) -> None:
         tracked = list(pool.jobs)
+        pool.refreshed_at = self.clock()
         if not tracked:
             return
         statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
@@ -247,9 +257,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 if job_id in pool._removed else JobStatus(
                     job_id, JobState.finished, "no longer in the queue", self.cluster,
                     pool.name))
-            if status.state.active:
-                self._observe(pool, pool.jobs[job_id], status, now)
-                pool.jobs[job_id] = status
+            if status.state in ACTIVE_STATES:
+                old = pool.jobs[job_id]
+                if status is not old and status != old:  # unchanged: nothing to note
+                    self._observe(pool, old, status, now)
+                    pool.jobs[job_id] = status
                 continue
             del pool.jobs[job_id]
             pool.ended.append(status)
@@ -257,7 +269,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             pool.forget(job_id)
             if job_id in pool._removed:
                 continue
-            if status.evicted:  # preempted out of the queue: not a failure; refilled
+            if status.evicted and status.state is JobState.removed:  # preempted: refilled
                 self._evicted(pool, status, left=True)
                 continue
             if job_id in pool._connected:
@@ -346,8 +358,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         from hybrid import scheduler_probe
 
         cloudpickle.register_pickle_by_value(scheduler_probe)
+        pickled = _PICKLED.get(function)
+        if pickled is None:  # by value, once: the probe runs every adaptive step
+            pickled = _PICKLED[function] = dumps(function)
         response = await self.scheduler.run_function(
-            function=dumps(function), args=dumps(()), kwargs=dumps(kwargs), wait=True)
+            function=pickled, args=_NO_ARGS, kwargs=dumps(kwargs), wait=True)
         if response.get("status") != "OK":
             raise HybridError(f"the scheduler could not run {function.__name__}: {response}")
         return response["result"]
@@ -436,8 +451,13 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         return removed
 
     async def reconcile(self, pool: ManagedPool) -> None:
-        """Refresh; refill a pool that lost jobs to its target; give up when it keeps failing."""
-        await self.refresh(pool)
+        """Refresh; refill a pool that lost jobs to its target; give up when it keeps failing.
+
+        An adaptive pool refreshed by its own step less than a poll interval ago is not
+        asked again."""
+        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
+        if pool.adaptive is None or self.clock() - pool.refreshed_at >= poll:
+            await self.refresh(pool)
         if pool.failed:
             await self._give_up(pool)
             return

@@ -47,6 +47,10 @@ class Lifetimes:
             return None
         return started + lifetime + pool.spec.lifetime_stagger_seconds() * spread(job_id)
 
+    @staticmethod
+    def _drain_time(started: float, lifetime: float, stagger: float, job_id: str) -> float:
+        return started + lifetime + stagger * spread(job_id)
+
     def replacement_lead(self, pool: ManagedPool) -> float:
         """How long before a worker drains its replacement goes out: about how long the
         pool's recent jobs waited in the queue (their 75th percentile), plus two polls, at
@@ -59,17 +63,24 @@ class Lifetimes:
 
     async def check_lifetimes(self, pool: ManagedPool) -> None:
         """Mark the jobs due for replacement as retiring; drain the workers due."""
-        if pool.spec.lifetime_seconds() is None:
+        lifetime = pool.spec.lifetime_seconds()
+        if lifetime is None:
             return
+        stagger = pool.spec.lifetime_stagger_seconds()
         now = self.clock()
         restart = pool.spec.lifetime_restart
         lead = self.replacement_lead(pool)
         retiring, due = [], []
-        for job_id in list(pool._started):
+        times = pool._drain_times
+        for job_id, started in list(pool._started.items()):
             status = pool.jobs.get(job_id)
-            drain_at = self.drain_at(pool, job_id)
-            if status is None or status.state is not JobState.running or drain_at is None:
+            if status is None or status.state is not JobState.running:
                 continue
+            known = times.get(job_id)
+            if known is None or known[0] != started:  # a new run (an eviction, a restart)
+                known = times[job_id] = (started, self._drain_time(started, lifetime,
+                                                                   stagger, job_id))
+            drain_at = known[1]
             if not restart and job_id not in pool.retiring and now >= drain_at - lead:
                 pool.retiring[job_id] = drain_at
                 retiring.append(job_id)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
-from hybrid.batch.jobs import worker_name_suffix
+from hybrid.batch.jobs import QUEUED_STATES, worker_name_suffix
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU
 
@@ -123,6 +123,8 @@ class ManagedPool:
         self.spec = spec
         self.system = system
         self.job = job
+        self._name_prefix = job.name_prefix + "-"
+        self._processes = spec.max_processes
         #: Tracked jobs still in the queue (pending, running, held, being removed).
         self.jobs: dict[str, JobStatus] = {}
         #: The last jobs that ended, newest last (for reports).
@@ -163,9 +165,17 @@ class ManagedPool:
         self._starts: dict[str, int] = {}
         #: Jobs whose workers were told to drain.
         self._drained: set[str] = set()
+        #: When the pool's jobs were last reconciled with its system (manager clock), and
+        #: how many were in each state then.
+        self.refreshed_at = float("-inf")
+        self.state_counts: dict[JobState, int] = {}
+        #: When each running job's worker drains: job id -> (its start, the drain time).
+        self._drain_times: dict[str, tuple[float, float]] = {}
         self._last_logged: Any = None
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
+        #: Worker name -> its job id here (``None``: not a worker of this pool), as found.
+        self._by_name: dict[str, str | None] = {}
         self._connected: set[str] = set()
         self._removed: set[str] = set()
         self.lock = asyncio.Lock()
@@ -192,8 +202,7 @@ class ManagedPool:
     def active(self) -> list[str]:
         """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
         jobs being removed are not listed)."""
-        return [j for j, s in self.jobs.items()
-                if s.state.active and s.state is not JobState.removing]
+        return [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
 
     def counted(self) -> list[str]:
         """The :meth:`active` jobs that count toward the target: all but those retiring at
@@ -205,37 +214,47 @@ class ManagedPool:
     def least_needed(self, job_ids: Iterable[str]) -> list[str]:
         """Jobs without a worker in the order to remove them: held first, then pending,
         the newest first (the oldest have waited longest and start soonest), then running
-        jobs whose worker has not joined yet."""
+        jobs whose worker has not joined yet (ties by job id: the same order every time)."""
         rank = {JobState.held: 0, JobState.pending: 1}
 
-        def key(job_id: str) -> tuple[int, float]:
+        def key(job_id: str) -> tuple[int, float, str]:
             state = self.jobs[job_id].state if job_id in self.jobs else JobState.pending
-            return rank.get(state, 2), -self._submitted.get(job_id, 0.0)
+            return rank.get(state, 2), -self._submitted.get(job_id, 0.0), job_id
 
         return sorted(job_ids, key=key)
 
     def forget(self, job_id: str) -> None:
         """Drop what the pool keeps on a job that left the queue."""
         for record in (self._first_pending, self._submitted, self._started, self._starts,
-                       self.retiring, self.stuck):
+                       self.retiring, self.stuck, self._drain_times):
             record.pop(job_id, None)
         self._drained.discard(job_id)
 
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
-        prefix = self.job.name_prefix + "-"
-        if not worker_name.startswith(prefix):
-            return None
-        suffix = worker_name[len(prefix):]
-        if self.spec.max_processes > 1 and "-" in suffix and suffix not in self._by_suffix:
-            suffix = suffix.rsplit("-", 1)[0]  # dask worker --nworkers k: NAME-0 .. NAME-k-1
-        return self._by_suffix.get(suffix)
+        try:
+            return self._by_name[worker_name]
+        except KeyError:
+            pass
+        found = None
+        prefix = self._name_prefix
+        if worker_name.startswith(prefix):
+            suffix = worker_name[len(prefix):]
+            if self._processes > 1 and "-" in suffix and suffix not in self._by_suffix:
+                suffix = suffix.rsplit("-", 1)[0]  # --nworkers k: NAME-0 .. NAME-k-1
+            found = self._by_suffix.get(suffix)
+        if len(self._by_name) > 100_000:
+            self._by_name.clear()
+        self._by_name[worker_name] = found
+        return found
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
         for status in statuses:
             self.jobs[status.job_id] = status
             self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
+        # a worker seen before its job was tracked (adopted jobs) is looked up again
+        self._by_name = {n: j for n, j in self._by_name.items() if j is not None}
 
     def staging_path(self) -> Path:
         """The staging directory (a would-be path before the first submission)."""

@@ -82,19 +82,18 @@ def capacity(pool: ManagedPool, fraction: float, now: float,
              fallback: tuple[str, float] | None) -> Capacity:
     """The :class:`Capacity` of a pool as of its last refresh (``now``: manager clock)."""
     adaptive = pool.adaptive
-    counted = pool.counted()
+    plan = len(pool.counted())
     stale = 0
     if fallback is not None:
-        for job_id in counted:
-            state = pool.jobs[job_id].state
-            if state is JobState.held:
-                stale += 1
-            elif state is JobState.pending:
-                since = pool._submitted.get(job_id, pool._first_pending.get(job_id, now))
-                stale += now - since >= fallback[1]
+        stale = pool.state_counts.get(JobState.held, 0)  # as of the last refresh
+        after = fallback[1]
+        for job_id, first in pool._first_pending.items():
+            status = pool.jobs.get(job_id)
+            if status is not None and status.state is JobState.pending:
+                stale += now - pool._submitted.get(job_id, first) >= after
     return Capacity(pool.name, pool.spec.tasks_per_job(fraction),
                     adaptive.maximum if adaptive is not None else pool.target,
-                    len(counted), stale, adaptive is not None)
+                    plan, stale, adaptive is not None)
 
 
 class Preferences:

@@ -58,6 +58,9 @@ class JobWatch:
             if was_started:  # it ran and waits again
                 del pool._started[job_id]
                 self._evicted(pool, new)
+            elif (new.starts is not None and previous_starts is not None
+                  and new.starts > previous_starts):  # it ran between two looks
+                self._evicted(pool, new)
             pool._first_pending.setdefault(job_id, now)
             return
         pool._first_pending.pop(job_id, None)
@@ -96,6 +99,8 @@ class JobWatch:
     def _report_pending(self, pool: ManagedPool, now: float) -> None:
         """One warning for the jobs that newly waited longer than the stuck timeout (or
         whose reason arrived since), with the batch system's reasons."""
+        if not pool._first_pending:
+            return
         limit = parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
         new: list[JobStatus] = []
         for job_id, since in pool._first_pending.items():
@@ -121,10 +126,14 @@ class JobWatch:
 
     def _log_change(self, pool: ManagedPool) -> None:
         """One INFO line whenever the pool's jobs by state (or its reasons) changed."""
-        status = pool.status(self.clock())
-        key = (tuple(status.jobs.items()),
-               tuple((k, tuple(v.items())) for k, v in status.reasons.items()),
-               status.target, status.retiring, status.evictions, status.failed)
+        states = Counter((s.state, s.reason) for s in pool.jobs.values())
+        by_state: Counter = Counter()
+        for (state, _), count in states.items():
+            by_state[state] += count
+        pool.state_counts = dict(by_state)
+        key = (frozenset(states.items()), pool.target, len(pool.retiring), pool.evictions,
+               pool.failed)
         if key != pool._last_logged:
             pool._last_logged = key
-            logger.info("%s", status.summary())
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("%s", pool.status(self.clock()).summary())
