@@ -22,11 +22,12 @@ import tempfile
 import time
 import traceback
 
-from benchmarks import annotation, gpu, reconcile, scaleup, submit
+from benchmarks import annotation, busy, gpu, reconcile, scaleup, submit
 from benchmarks.goals import evaluate
 from benchmarks.harness import Results, goal_table, log, machine, table
 
-BENCHMARKS = ("scale-up", "submit", "annotation", "reconcile", "gpu-md")
+BENCHMARKS = ("scale-up", "submit", "annotation", "reconcile", "gpu-md", "busy",
+              "busy-sim")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -87,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              if args.gpu_budget else {}), **(
             {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
              "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})),
+        "busy": lambda: busy.run(results, args.systems, repeats, quick),
+        "busy-sim": lambda: busy.simulator(results, quick),
     }
     broken = []
     started = time.monotonic()
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             broken.append(f"{name}: {type(error).__name__}: {error}")
             results.skip(name, f"BROKEN: {type(error).__name__}: {error}")
-    results.goals = evaluate(results)
+    results.goals = evaluate(results) + busy.goals(results)
     results.machine["seconds"] = round(time.monotonic() - started, 1)
     results.machine["load_average_after"] = os.getloadavg()
     path = args.json_path or os.path.join(

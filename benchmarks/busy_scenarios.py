@@ -236,8 +236,19 @@ def fallback(with_fallback: bool = True, scale: float = 1.0, seed: int = 4
         sim.adapt("fast", minimum=0, maximum=cap, interval=5.0)
         sim.manager.prefer(["slow", "fast"], fallback_after="5 minutes")
     sim.run(until=12 * HOUR)
+    # the moment the fast pool had shrunk back to nothing while work was left, if any
+    peak = max((jobs.get("fast", (0, 0))[0] for _, jobs, _ in sim.trace), default=0)
+    peaked = False
+    shrank = None
+    for when, jobs, left in sim.trace:
+        fast_jobs = jobs.get("fast", (0, 0))[0]
+        peaked = peaked or (peak > 0 and fast_jobs == peak)
+        if peaked and fast_jobs == 0 and left > 0 and jobs["slow"][1] > 0:
+            shrank = when
+            break
     return _finish(sim, started, slow_jobs=sim.submitted("slow"),
-                   fast_jobs=sim.submitted("fast") if fast is not None else 0)
+                   fast_jobs=sim.submitted("fast") if fast is not None else 0,
+                   fast_peak=peak, fast_gone_with_work_left_s=shrank)
 
 
 def facility(scale: float = 1.0, seed: int = 5, interval: float = 15.0) -> dict[str, Any]:

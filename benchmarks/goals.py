@@ -6,7 +6,9 @@ from benchmarks.harness import Goal, Measure, Results, fmt, ratio
 
 #: The variant each benchmark's ratios are taken against.
 ANCHORS = {"scale-up": "dask-jobqueue", "submit": "dask-jobqueue", "close": "dask-jobqueue",
-           "queue empty after close": "dask-jobqueue", "annotation": "not annotated"}
+           "queue empty after close": "dask-jobqueue", "annotation": "not annotated",
+           "busy: over-submission": "dask-jobqueue", "busy: walltime": "dask-jobqueue",
+           "busy: spill-over": "hybrid: busy pool alone"}
 
 
 def _missing(goal: str, text: str, why: str) -> Goal:

@@ -292,6 +292,8 @@ class Simulation:
         #: that counted toward its target (not retiring at the end of their lifetime).
         self.most_jobs: dict[str, int] = {}
         self.most_counted: dict[str, int] = {}
+        #: Every poll: (time, {pool: (jobs counted, workers connected)}, tasks not done).
+        self.trace: list[tuple[float, dict[str, tuple[int, int]], int]] = []
         self.evictions = 0
         self.walltime_kills = 0
         self.closing = False
@@ -406,6 +408,7 @@ class Simulation:
                     started = _times()
                     await self.manager.reconcile(pool)
                     self._decided("reconcile", started)
+            self._sample()
             self.at(now + self.poll, "reconcile", None)
 
     def _count_counted(self) -> None:
@@ -413,6 +416,17 @@ class Simulation:
             counted = len(pool.counted())
             if counted > self.most_counted.get(name, 0):
                 self.most_counted[name] = counted
+
+    def _sample(self) -> None:
+        """One point of :attr:`trace`: per pool, jobs counted toward its target and its
+        connected workers; and the tasks not yet done."""
+        workers: dict[str, int] = {}
+        for worker in self.workers.values():
+            workers[worker.pool] = workers.get(worker.pool, 0) + 1
+        left = sum(b.left for b in self.bursts.values() if b.arrives <= self.clock.now)
+        self.trace.append((self.clock.now, {
+            name: (len(pool.counted()), workers.get(name, 0))
+            for name, pool in self.manager.pools.items()}, left))
 
     def _decided(self, kind: str, started: tuple[float, float]) -> None:
         wall, cpu = _times()

@@ -4,9 +4,11 @@ A GPU backlog grows the GPU pool only; CPU tasks grow the CPU pool only. The wor
 ``AdaptiveCore`` counts are the pool's batch jobs: ``plan``/``requested`` are the jobs in the
 queue (pending jobs count: a pending job is a worker on its way, so the pool never has more
 than ``maximum`` jobs queued and running, and demand that pending jobs will meet submits
-nothing), ``observed`` those whose worker has connected. The target is the tasks that can run
-now for the pool's resource, divided by what one job runs at once: with no worker yet, the
-whole demand goes out in one submission, not one job per queue wait. Scaling down waits for
+nothing; jobs retiring at the end of their lifetime no longer count, and overlap their
+replacements while they drain), ``observed`` those whose worker has connected. The target
+is the tasks that can run now for the pool's resource, divided by what one job runs at
+once: with no worker yet, the whole demand goes out in one submission, not one job per
+queue wait. Scaling down waits for
 ``wait_count`` low readings (``AdaptiveCore``'s own rule) and removes jobs without a worker
 first (held, then pending, the newest first), then idle workers only, retired gracefully so a
 worker holding the only copy of a result keeps it until it moved. Pools in an order of
@@ -25,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from distributed.deploy.adaptive_core import AdaptiveCore
 from tornado.ioloop import PeriodicCallback
 
-from hybrid.batch.jobs import QUEUED_STATES
 from hybrid.errors import ConfigurationError
 from hybrid.routing import NOT_GPU
 
@@ -145,14 +146,10 @@ class PoolAdaptive(AdaptiveCore):
         return chosen
 
     async def scale_up(self, n: int) -> None:
-        """Submit jobs up to ``n`` in the queue: never more than ``maximum`` jobs queued and
-        running, those retiring at the end of their lifetime included (their replacements
-        then go out as they leave)."""
-        retiring = sum(1 for j in self.pool.retiring if j in self.pool.jobs
-                       and self.pool.jobs[j].state in QUEUED_STATES)
-        n = min(n, int(self.maximum) - retiring)
-        if n > len(self.plan):
-            await self.manager.scale(self.pool, n)
+        """Submit jobs up to ``n`` counting toward the target (``n`` is at most
+        ``maximum``): a job retiring at the end of its lifetime no longer counts, so its
+        replacement goes out ahead of time, while it drains."""
+        await self.manager.scale(self.pool, n)
         self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:

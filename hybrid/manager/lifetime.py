@@ -62,7 +62,12 @@ class Lifetimes:
         return min(lifetime / 2, typical + 2 * poll)
 
     async def check_lifetimes(self, pool: ManagedPool) -> None:
-        """Mark the jobs due for replacement as retiring; drain the workers due."""
+        """Mark the jobs due for replacement as retiring; drain the workers due; remove
+        retiring jobs that were evicted (replaced already)."""
+        if pool._unneeded:
+            unneeded = sorted(j for j in pool._unneeded if j in pool.jobs)
+            pool._unneeded.clear()
+            await self.remove(pool, unneeded)  # type: ignore[attr-defined]
         lifetime = pool.spec.lifetime_seconds()
         if lifetime is None:
             return

@@ -163,8 +163,10 @@ class ManagedPool:
         self._submitted: dict[str, float] = {}
         self._started: dict[str, float] = {}
         self._starts: dict[str, int] = {}
-        #: Jobs whose workers were told to drain.
+        #: Jobs whose workers were told to drain; retiring jobs that were evicted (their
+        #: replacements are on the way: they are removed).
         self._drained: set[str] = set()
+        self._unneeded: set[str] = set()
         #: When the pool's jobs were last reconciled with its system (manager clock), and
         #: how many were in each state then.
         self.refreshed_at = float("-inf")
@@ -229,6 +231,7 @@ class ManagedPool:
                        self.retiring, self.stuck, self._drain_times):
             record.pop(job_id, None)
         self._drained.discard(job_id)
+        self._unneeded.discard(job_id)
 
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""

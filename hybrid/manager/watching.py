@@ -70,13 +70,19 @@ class JobWatch:
         """A job the batch system evicted: counted and reported, never a failure."""
         pool.evictions += 1
         pool.evicted.append(status.job_id)
-        pool.retiring.pop(status.job_id, None)
+        replaced = status.job_id in pool.retiring
+        if replaced and not left:  # its replacement is on its way: it is not needed again
+            pool._unneeded.add(status.job_id)
+        else:
+            pool.retiring.pop(status.job_id, None)
         pool._drained.discard(status.job_id)
         how = _EVICTION_WORDS.get(pool.system.name, "evicted")
         why = f" ({status.reason})" if status.reason else ""
         if left:
             then = ("it left the queue; the pool submits a replacement" if pool.adaptive is None
                     else "it left the queue; adaptivity replaces it while the demand lasts")
+        elif replaced:
+            then = "its replacement is already on its way, so it is removed"
         elif restarted:
             then = "it has already started again"
         else:
