@@ -173,14 +173,16 @@ export HYBRID_CI_SLURM_BUSY_CPUS=$BUSY_CPUS
 EOF
 }
 
-# The opt-in busy partition: created (or set to BUSY_CPUS) on the running controller.
+# The opt-in busy partition: created (or set to BUSY_CPUS) on the running controller. Its
+# PriorityTier is below debug's: the scheduler looks at debug's jobs first, so the busy jobs
+# that wait for one of its slots never hold the node back from other tests' jobs.
 ensure_busy_partition() {
     if scontrol show partition busy >/dev/null 2>&1; then
-        scontrol update PartitionName=busy MaxCPUsPerNode="$BUSY_CPUS" State=UP \
-            || fail "scontrol update of the busy partition failed" "$LOG/slurmctld.log"
+        scontrol update PartitionName=busy MaxCPUsPerNode="$BUSY_CPUS" PriorityTier=0 \
+            State=UP || fail "scontrol update of the busy partition failed" "$LOG/slurmctld.log"
     else
         scontrol create PartitionName=busy Nodes=ALL Default=NO State=UP MaxTime=INFINITE \
-            MaxCPUsPerNode="$BUSY_CPUS" \
+            MaxCPUsPerNode="$BUSY_CPUS" PriorityTier=0 \
             || fail "scontrol create of the busy partition failed" "$LOG/slurmctld.log"
     fi
 }

@@ -187,6 +187,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                               final=isinstance(error, ToolMissing), report=report)
             raise
         pool.submit_calls += 1
+        pool.submitted += len(ids)
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address) for j in ids)
         now = self.clock()

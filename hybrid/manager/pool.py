@@ -131,6 +131,8 @@ class ManagedPool:
         self.ended: deque[JobStatus] = deque(maxlen=50)
         self.target = 0
         self.submit_calls = 0
+        #: Jobs submitted so far (all submissions together).
+        self.submitted = 0
         self.remove_calls = 0
         #: Failures in a row: refused submissions, jobs that ended before their worker came.
         self.failures = 0
