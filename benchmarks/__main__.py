@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
                    "(default 460: a whole run within 10 minutes on one GPU)")
     p.add_argument("--gpu-json", help="also write the GPU benchmark's raw record (every "
                    "simulation: where and when it ran) to this file")
+    p.add_argument("--busy-parts", nargs="+", choices=busy.PARTS, default=list(busy.PARTS),
+                   help="the parts of the busy benchmark to run")
     p.add_argument("--json", dest="json_path",
                    help="where to write the JSON (default: a new file in the temp directory)")
     p.add_argument("--markdown", help="also write the tables, as Markdown, to this file")
@@ -88,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              if args.gpu_budget else {}), **(
             {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
              "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})),
-        "busy": lambda: busy.run(results, args.systems, repeats, quick),
+        "busy": lambda: busy.run(results, args.systems, repeats, quick,
+                                 tuple(args.busy_parts)),
         "busy-sim": lambda: busy.simulator(results, quick),
     }
     broken = []

@@ -84,7 +84,7 @@ def stagger_seconds(stagger: Any, lifetime: float | None, walltime: str | None) 
         return float(stagger)
     wall = walltime_seconds(walltime)
     room = (wall - lifetime) / 4 if wall is not None else lifetime
-    return round(min(lifetime / 20, room), 1)
+    return max(0.0, round(min(lifetime / 20, room), 1))
 
 
 def worker_deadline(lifetime: float | None, stagger: float,
