@@ -198,16 +198,18 @@ def walltime(results: Results, repeats: int, quick: bool, staging: Path) -> None
     config = f"{tasks} tasks of {seconds:g} s, 2 workers, walltime 1 min"
 
     def graph(client: Client) -> dict[str, float]:
-        from distributed import wait
+        from distributed import TimeoutError as DaskTimeout
 
         client.wait_for_workers(2, timeout=180)
         start = time.perf_counter()
         futures = client.map(WORK, range(tasks), [seconds] * tasks, pure=False)
         total = client.submit(sum, futures)
         # a graph that keeps losing its results may never finish: its recomputations so far
-        done = not wait([total], timeout=GRAPH_LIMIT).not_done
-        if done:
-            assert total.result() == sum(range(tasks))
+        try:
+            assert total.result(timeout=GRAPH_LIMIT) == sum(range(tasks))
+            done = True
+        except (TimeoutError, DaskTimeout):
+            done = False
         lasted = time.perf_counter() - start
         return {"value": _recomputed(client, tasks), "lasted": lasted,
                 "finished": float(done)}

@@ -545,10 +545,10 @@ class HybridCluster(ClusterViews, Cluster):
 def _jobs_in_words(status: PoolStatus) -> str:
     """``"2 running, 3 pending (Resources) of 5"`` for a repr."""
     parts = []
-    for state, count in status.jobs.items():
-        if count:
+    for state, jobs in status.jobs.items():
+        if jobs:
             why = status.reasons.get(state)
-            parts.append(f"{count} {state}" + (f" ({', '.join(why)})" if why else ""))
+            parts.append(f"{jobs} {state}" + (f" ({', '.join(why)})" if why else ""))
     return (", ".join(parts) or "no job") + f" of {status.target}"
 
 
