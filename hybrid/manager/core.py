@@ -240,10 +240,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
     async def _refresh(self, pool: ManagedPool) -> None:
         tracked = list(pool.jobs)
-        pool.refreshed_at = self.clock()
         if not tracked:
+            pool.refreshed_at = self.clock()
             return
         statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
+        pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
         missing = [j for j in tracked if j not in statuses and j not in pool._removed]
         if missing:
