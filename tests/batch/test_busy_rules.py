@@ -1,6 +1,7 @@
 """The busy-facility rules on local pools (no batch system needed): lifetimes that drain and
 replace workers without recomputing a task, adaptivity that never retires the only holder of
-a result, orders of preference and their bad input, lifetime bad input.
+a result, orders of preference (with GPU/CPU routing) and their bad input, lifetime bad
+input.
 
 The same rules on the real HTCondor pool and Slurm are in tests/batch/test_busy_pools.py; at
 10,000 jobs in the batch-queue simulator in tests/simulator.
@@ -12,12 +13,13 @@ import logging
 
 import dask
 import pytest
+from distributed import Event
 
 from hybrid import HybridCluster
 from hybrid.errors import ConfigurationError
 from hybrid.manager.preference import Capacity, shares
 from hybrid.pools import PoolSpec
-from tests.batch._tasks import recorded_work, runs_per_key, square
+from tests.batch._tasks import held_until, recorded_work, runs_per_key, square, started_held
 from tests.batch.test_real_pools import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -103,6 +105,52 @@ def test_orders_of_preference_and_their_bad_input_submit_nothing(staging) -> Non
         assert cluster.pool_status()["a"].fallback is None
         assert all(p.submit_calls == 0 and not p.used for p in cluster.pools.values())
     assert not any(staging.glob("*"))
+
+
+def test_an_order_of_gpu_pools_spills_at_its_cap_and_cpu_tasks_keep_their_pool(
+        staging) -> None:
+    """Preference with annotated routing: the GPU tasks' demand goes to the preferred GPU
+    pool up to its maximum and the rest to the next GPU pool; the CPU tasks grow the CPU pool
+    only, and no task runs on a pool of the other resource."""
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pools = {name: cluster.add_pool(name, "local", nanny=False, **options)
+                 for name, options in (("gpu-a", {"gpus": 1}), ("gpu-b", {"gpus": 1}),
+                                       ("cpu", {}))}
+        cluster.prefer(["gpu-a", "gpu-b"], fallback_after="10 minutes")
+        adaptives = {name: cluster.adapt(pool=name, minimum=0, maximum=maximum,
+                                         interval="0.3s", wait_count=2)
+                     for name, maximum in (("gpu-a", 1), ("gpu-b", 4), ("cpu", 4))}
+        with cluster.get_client() as client:
+            release = Event(f"release-{cluster.name}", client=client)
+            gpu = [client.submit(held_until, release.name, i, gpu_task=True, pure=False)
+                   for i in range(3)]
+            cpu = [client.submit(held_until, release.name, 10 + i, pure=False)
+                   for i in range(2)]
+            wait_for(lambda: len(started_held(client)) == 5, 120, "all five tasks to start")
+            # gpu-a is capped at one job: the other two GPU tasks spill over to gpu-b
+            assert {name: len(pool.active()) for name, pool in pools.items()} == {
+                "gpu-a": 1, "gpu-b": 2, "cpu": 2}
+            assert cluster.pool_status()["gpu-a"].fallback == "gpu-b"
+            names = {addr: info["name"] for addr, info
+                     in client.scheduler_info()["workers"].items()}
+            on = {}
+            for addr, keys in client.processing().items():
+                for key in keys:
+                    on[key] = names[addr]
+            gpu_workers = (set(cluster.connected_workers("gpu-a"))
+                           | set(cluster.connected_workers("gpu-b")))
+            assert {on[f.key] for f in gpu} <= gpu_workers
+            assert {on[f.key] for f in cpu} <= set(cluster.connected_workers("cpu"))
+            # more steps submit nothing more: every pool's jobs meet its share
+            steps = adaptives["gpu-b"].steps
+            wait_for(lambda: adaptives["gpu-b"].steps >= steps + 5, 60, "five more steps")
+            assert [p.submit_calls for p in pools.values()] == [1, 1, 1]
+            release.set()
+            assert sorted(client.gather(gpu + cpu)) == [0, 1, 2, 10, 11]
+            del gpu, cpu
+            wait_for(lambda: not any(p.active() for p in pools.values()), 90,
+                     "every pool to shrink back to nothing")
+        assert all(a.errors == [] for a in adaptives.values())
 
 
 def test_shares_split_the_demand_along_an_order() -> None:
