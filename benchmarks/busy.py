@@ -73,7 +73,8 @@ def _hybrid(setup: Any, staging: Path, job: Any) -> dict[str, float]:
                 "hybrid.scheduler.host": "127.0.0.1", "hybrid.batch.poll-interval": "1s"}
     with dask.config.set(settings), HybridCluster(name=name, dashboard_address=None) as cluster:
         setup(cluster)
-        with Client(cluster.scheduler_address, set_as_default=False) as client:
+        with Client(cluster.scheduler_address, security=cluster.security,
+                    set_as_default=False) as client:
             result = job(client)
         # what the pools submitted (Slurm lists a cancelled pending array rest as one job)
         result["jobs"] = sum(p.submitted for p in cluster.pools.values())
