@@ -307,6 +307,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         new = set(job_ids) - pool._connected
         if new:
             pool._connected.update(new)
+            now = self.clock()
+            for job_id in new:  # from its submission to its worker: what a replacement takes
+                submitted = pool._submitted.pop(job_id, None)
+                if submitted is not None:
+                    pool.arrival_waits.append(now - submitted)
             pool.failures = 0
         for job_id in new:
             # a job whose worker connected runs, whatever the last query (before it started)

@@ -3,9 +3,10 @@
 The part of :class:`~hybrid.manager.PoolManager` that keeps a pool with a lifetime
 (:mod:`hybrid.lifetimes`) at its target while its jobs reach their walltime. Each running
 job's worker drains at ``start + lifetime`` (spread by the stagger, the same for a job on
-every look); ahead of that, by about how long the pool's recent jobs waited in the queue,
-the job becomes *retiring*: it stops counting toward the target, so the refill (or
-adaptivity, while the demand lasts) submits its replacement. At the drain the worker takes
+every look); ahead of that, by about how long the pool's recent jobs took from their
+submission to their worker (the queue wait and the worker's start-up), the job becomes
+*retiring*: it stops counting toward the target, so the refill (or adaptivity, while the
+demand lasts) submits its replacement. At the drain the worker takes
 no new task, finishes its running ones and retires with its results moved elsewhere
 (:func:`hybrid.scheduler_probe.drain_worker`), then its job ends. No task is cut by a
 walltime, and no result is lost with one.
@@ -53,11 +54,16 @@ class Lifetimes:
 
     def replacement_lead(self, pool: ManagedPool) -> float:
         """How long before a worker drains its replacement goes out: about how long the
-        pool's recent jobs waited in the queue (their 75th percentile), plus two polls, at
-        most half the lifetime."""
+        pool's recent jobs took from their submission to their worker's connection (the
+        queue wait and the worker's start-up, their 75th percentile; the queue wait alone
+        until a worker connected), plus two polls, at most half the lifetime."""
         poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
-        waits = sorted(pool.queue_waits)
-        typical = waits[(3 * len(waits)) // 4] if waits else 0.0
+
+        def p75(values: Any) -> float:
+            ordered = sorted(values)
+            return ordered[(3 * len(ordered)) // 4] if ordered else 0.0
+
+        typical = max(p75(pool.arrival_waits), p75(pool.queue_waits))
         lifetime = pool.spec.lifetime_seconds() or 0.0
         return min(lifetime / 2, typical + 2 * poll)
 

@@ -160,8 +160,12 @@ class ManagedPool:
         self.evicted: deque[str] = deque(maxlen=20)
         #: How long the last jobs waited in the queue before they started (seconds).
         self.queue_waits: deque[float] = deque(maxlen=50)
-        #: When each job was submitted and first seen running (its walltime's start), and
-        #: how many times the system started it, by job id (manager clock).
+        #: How long the last jobs took from their submission to their worker's connection
+        #: (the queue wait and the worker's start-up; seconds).
+        self.arrival_waits: deque[float] = deque(maxlen=50)
+        #: When each job was submitted (until its worker connects) and first seen running
+        #: (its walltime's start), and how many times the system started it, by job id
+        #: (manager clock).
         self._submitted: dict[str, float] = {}
         self._started: dict[str, float] = {}
         self._starts: dict[str, int] = {}

@@ -46,7 +46,7 @@ class JobWatch:
             pool._first_pending.pop(job_id, None)
             if not was_started:
                 pool._started[job_id] = now
-                submitted = pool._submitted.pop(job_id, None)
+                submitted = pool._submitted.get(job_id)  # kept until its worker connects
                 if submitted is not None:  # its first start: how long the queue made it wait
                     pool.queue_waits.append(now - submitted)
             elif (new.starts is not None and previous_starts is not None

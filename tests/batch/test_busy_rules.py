@@ -10,6 +10,7 @@ The same rules on the real HTCondor pool and Slurm are in tests/batch/test_busy_
 from __future__ import annotations
 
 import logging
+import sys
 
 import dask
 import pytest
@@ -48,6 +49,22 @@ def test_workers_drain_at_their_lifetime_and_are_replaced_without_a_recomputed_t
     text = caplog.text
     assert "reach the end of their lifetime" in text and "their replacements go out" in text
     assert "take no new task, finish their running ones" in text
+
+
+def test_replacements_go_out_ahead_by_the_time_a_worker_takes_to_arrive(staging) -> None:
+    """The lead of a replacement is the queue wait AND the worker's start-up: a worker that
+    takes seconds to start after its job started (a slow prologue, a loaded node) gets its
+    replacement that much earlier. (Measured on the busy CI Slurm: with the queue wait alone,
+    replacements arrived after their predecessors' deadline and results were lost.)"""
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False, lifetime="1 minute",
+                                job_script_prologue=["sleep 4"], python=sys.executable)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=60, progress=False)
+        assert len(pool.arrival_waits) == 2 and min(pool.arrival_waits) >= 4
+        # the queue made nobody wait; the workers took their prologue's 4 s and more
+        assert max(pool.queue_waits, default=0) < 4
+        assert 4 < cluster.manager.replacement_lead(pool) <= 30  # at most half the lifetime
 
 
 def test_adaptivity_never_retires_the_only_worker_holding_results(staging) -> None:
