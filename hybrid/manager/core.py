@@ -243,6 +243,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if not tracked:
             pool.refreshed_at = self.clock()
             return
+        asked = self.clock()
         statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
         pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
@@ -261,6 +262,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                     pool.name))
             if status.state in ACTIVE_STATES:
                 old = pool.jobs[job_id]
+                if (status.state is JobState.pending and old.state is JobState.running
+                        and pool._connected_at.get(job_id, float("-inf")) >= asked):
+                    continue  # asked before its worker connected: it runs (not an eviction)
                 if status is not old and status != old:  # unchanged: nothing to note
                     self._observe(pool, old, status, now)
                     pool.jobs[job_id] = status
@@ -305,22 +309,27 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
     async def _note_connected(self, pool: ManagedPool, job_ids: Iterable[str]) -> None:
         new = set(job_ids) - pool._connected
-        if new:
-            pool._connected.update(new)
-            now = self.clock()
-            for job_id in new:  # from its submission to its worker: what a replacement takes
-                submitted = pool._submitted.pop(job_id, None)
-                if submitted is not None:
-                    pool.arrival_waits.append(now - submitted)
-            pool.failures = 0
+        if not new:
+            return
+        pool._connected.update(new)
+        pool.failures = 0
+        now = self.clock()
         for job_id in new:
             # a job whose worker connected runs, whatever the last query (before it started)
-            # said: its status says so now, not one poll-interval later
+            # said: its status says so now, not one poll-interval later, and its start is
+            # noted (its lifetime counts from now; a start count the query did not give yet
+            # is left unknown, so the next query's is not read as a restart)
+            pool._connected_at[job_id] = now
             status = pool.jobs.get(job_id)
             if status is not None and status.state is JobState.pending:
-                pool.jobs[job_id] = dataclasses.replace(status, state=JobState.running,
-                                                        reason=None)
-                pool._first_pending.pop(job_id, None)
+                running = dataclasses.replace(status, state=JobState.running, reason=None,
+                                              starts=None)
+                self._observe(pool, status, running, now)
+                pool.jobs[job_id] = running
+            # from its submission to its worker: how long a replacement takes to arrive
+            submitted = pool._submitted.pop(job_id, None)
+            if submitted is not None:
+                pool.arrival_waits.append(now - submitted)
 
     # ------------------------------------------------------------------ workers
     async def live_workers(self) -> dict[str, dict[str, Any]]:

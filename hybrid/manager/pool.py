@@ -185,6 +185,8 @@ class ManagedPool:
         #: Worker name -> its job id here (``None``: not a worker of this pool), as found.
         self._by_name: dict[str, str | None] = {}
         self._connected: set[str] = set()
+        #: When each job's worker first connected (manager clock).
+        self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
         self.lock = asyncio.Lock()
         #: Held from counting the missing jobs until they are submitted (scale, refill): a
@@ -234,7 +236,7 @@ class ManagedPool:
     def forget(self, job_id: str) -> None:
         """Drop what the pool keeps on a job that left the queue."""
         for record in (self._first_pending, self._submitted, self._started, self._starts,
-                       self.retiring, self.stuck, self._drain_times):
+                       self.retiring, self.stuck, self._drain_times, self._connected_at):
             record.pop(job_id, None)
         self._drained.discard(job_id)
         self._unneeded.discard(job_id)

@@ -67,6 +67,24 @@ def test_replacements_go_out_ahead_by_the_time_a_worker_takes_to_arrive(staging)
         assert 4 < cluster.manager.replacement_lead(pool) <= 30  # at most half the lifetime
 
 
+def test_a_job_whose_worker_arrives_before_a_query_saw_it_start_gets_its_lifetime(
+        staging) -> None:
+    """A worker that connects before any query saw its job running (a fast start, a slow
+    poll): the job runs from then on and its lifetime counts from then, so it is drained and
+    replaced like any other (with no start noted it would run into its walltime)."""
+    with dask.config.set({"hybrid.batch.poll-interval": "10 minutes"}), \
+            HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False, lifetime="1 minute")
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=60, progress=False)
+        [job_id] = pool.jobs
+        assert pool.jobs[job_id].state.value == "running"
+        assert job_id in pool._started and pool.queue_waits  # its start is noted
+        drain = cluster.manager.drain_at(pool, job_id)
+        assert drain is not None and 0 < drain - cluster.manager.clock() <= 60
+        assert pool.evictions == 0
+
+
 def test_adaptivity_never_retires_the_only_worker_holding_results(staging) -> None:
     with HybridCluster() as cluster:
         pool = cluster.add_pool("cpu", "local", nanny=False)
