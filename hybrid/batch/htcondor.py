@@ -350,7 +350,7 @@ class HTCondor(BatchSystem):
             out.setdefault(job_id, JobStatus(
                 job_id, state, reason, ad.get(tag), ad.get(f"{tag}Pool"),
                 ad.get(f"{tag}Scheduler"), starts=None if starts is None else int(starts),
-                evicted=in_queue and int(ad.get("JobStatus", 0)) == _IDLE
+                evicted=in_queue and int(ad.get("JobStatus", 0)) == idle
                 and ad.get("LastVacateTime") is not None))  # waits again after a vacate
         return list(out.values())
 
