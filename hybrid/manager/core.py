@@ -315,10 +315,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         pool.failures = 0
         now = self.clock()
         for job_id in new:
-            # a job whose worker connected runs, whatever the last query (before it started)
-            # said: its status says so now, not one poll-interval later, and its start is
-            # noted (its lifetime counts from now; a start count the query did not give yet
-            # is left unknown, so the next query's is not read as a restart)
+            # a job whose worker connected runs, whatever the last query said: now, not a
+            # poll later, with its start noted (its lifetime counts; an unknown start count,
+            # so the next query's is not read as a restart)
             pool._connected_at[job_id] = now
             status = pool.jobs.get(job_id)
             if status is not None and status.state is JobState.pending:
@@ -552,17 +551,6 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if self._reconciler is None:
             self._reconciler = asyncio.ensure_future(
                 self._reconcile_forever(self.poll_interval()))
-
-    @staticmethod
-    def poll_interval() -> float:
-        """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
-        return parse_timedelta(config.get("batch.poll-interval", "2s"))
-
-    @staticmethod
-    def stuck_after() -> float:
-        """Seconds a job may wait in the queue before it is reported
-        (``hybrid.batch.stuck-timeout``)."""
-        return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
 
     async def stop(self) -> None:
         """Stop reconciling and every pool's adaptivity (the jobs stay)."""

@@ -35,6 +35,17 @@ class JobWatch:
     cluster: str
     clock: Callable[[], float]
 
+    @staticmethod
+    def poll_interval() -> float:
+        """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
+        return parse_timedelta(config.get("batch.poll-interval", "2s"))
+
+    @staticmethod
+    def stuck_after() -> float:
+        """Seconds a job may wait in the queue before it is reported
+        (``hybrid.batch.stuck-timeout``)."""
+        return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
+
     def _observe(self, pool: ManagedPool, old: JobStatus, new: JobStatus, now: float) -> None:
         """Note what changed for a job still in the queue (``old``: as last seen)."""
         job_id = new.job_id
@@ -107,7 +118,7 @@ class JobWatch:
         whose reason arrived since), with the batch system's reasons."""
         if not pool._first_pending:
             return
-        limit = parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
+        limit = self.stuck_after()
         new: list[JobStatus] = []
         for job_id, since in pool._first_pending.items():
             status = pool.jobs.get(job_id)
