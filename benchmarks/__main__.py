@@ -22,11 +22,12 @@ import tempfile
 import time
 import traceback
 
-from benchmarks import annotation, gpu, reconcile, reschedule, scaleup, submit
+from benchmarks import annotation, busy, gpu, reconcile, reschedule, scaleup, submit
 from benchmarks.goals import evaluate
 from benchmarks.harness import Results, goal_table, log, machine, table
 
-BENCHMARKS = ("scale-up", "submit", "reschedule", "annotation", "reconcile", "gpu-md")
+BENCHMARKS = ("scale-up", "submit", "reschedule", "annotation", "reconcile", "gpu-md", "busy",
+              "busy-sim")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
                    "(default 460: a whole run within 10 minutes on one GPU)")
     p.add_argument("--gpu-json", help="also write the GPU benchmark's raw record (every "
                    "simulation: where and when it ran) to this file")
+    p.add_argument("--busy-parts", nargs="+", choices=busy.PARTS, default=list(busy.PARTS),
+                   help="the parts of the busy benchmark to run")
     p.add_argument("--json", dest="json_path",
                    help="where to write the JSON (default: a new file in the temp directory)")
     p.add_argument("--markdown", help="also write the tables, as Markdown, to this file")
@@ -97,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                                                              if args.gpu_budget else {}), **(
             {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
              "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})),
+        "busy": lambda: busy.run(results, args.systems, repeats, quick,
+                                 tuple(args.busy_parts)),
+        "busy-sim": lambda: busy.simulator(results, quick),
     }
     broken = []
     started = time.monotonic()
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             broken.append(f"{name}: {type(error).__name__}: {error}")
             results.skip(name, f"BROKEN: {type(error).__name__}: {error}")
-    results.goals = evaluate(results)
+    results.goals = evaluate(results) + busy.goals(results)
     results.machine["seconds"] = round(time.monotonic() - started, 1)
     results.machine["load_average_after"] = os.getloadavg()
     path = args.json_path or os.path.join(

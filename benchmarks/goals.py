@@ -9,7 +9,9 @@ from benchmarks.harness import Goal, Measure, Results, fmt, ratio
 ANCHORS = {"scale-up": "dask-jobqueue", "submit": "dask-jobqueue", "close": "dask-jobqueue",
            "queue empty after close": "dask-jobqueue", "annotation": "not annotated",
            "post-match": "floor: bare-worker jobs", "reschedule": "submit",
-           "until the first match": "floor: bare-worker jobs"}
+           "until the first match": "floor: bare-worker jobs",
+           "busy: over-submission": "dask-jobqueue", "busy: walltime": "dask-jobqueue",
+           "busy: spill-over": "hybrid: busy pool alone"}
 
 
 def _missing(goal: str, text: str, why: str) -> Goal:

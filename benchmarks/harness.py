@@ -266,7 +266,8 @@ def table(results: Results) -> str:
 #: Row order: benchmarks as they run, then the scale-up's by-products.
 BENCHMARK_ORDER = ("scale-up", "post-match", "until the first match", "close",
                    "queue empty after close", "submit", "reschedule", "annotation",
-                   "reconcile", "gpu-md")
+                   "reconcile", "gpu-md", "busy: over-submission", "busy: walltime",
+                   "busy: spill-over", "busy-sim")
 
 
 def _order(m: Measure) -> tuple[int, str, float, int]:

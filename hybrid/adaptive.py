@@ -2,10 +2,18 @@
 
 A GPU backlog grows the GPU pool only; CPU tasks grow the CPU pool only. The workers
 ``AdaptiveCore`` counts are the pool's batch jobs: ``plan``/``requested`` are the jobs in the
-queue, ``observed`` those whose worker has connected. Scaling up is immediate (queued jobs
-count, so nothing is submitted twice); scaling down waits for ``wait_count`` low readings
-(``AdaptiveCore``'s own rule) and removes jobs without a worker first, then idle workers only,
-retired gracefully so a worker holding the only copy of a result keeps it until it moved.
+queue (pending jobs count: a pending job is a worker on its way, so the pool never has more
+than ``maximum`` jobs queued and running, and demand that pending jobs will meet submits
+nothing; jobs retiring at the end of their lifetime no longer count, and overlap their
+replacements while they drain), ``observed`` those whose worker has connected. The target
+is the tasks that can run now for the pool's resource, divided by what one job runs at
+once: with no worker yet, the whole demand goes out in one submission, not one job per
+queue wait. Scaling down waits for
+``wait_count`` low readings (``AdaptiveCore``'s own rule) and removes jobs without a worker
+first (held, then pending, the newest first), then idle workers only, retired gracefully so a
+worker holding the only copy of a result keeps it until it moved. Pools in an order of
+preference (:meth:`hybrid.HybridCluster.prefer`) split the demand by
+:func:`hybrid.manager.preference.shares`.
 """
 
 from __future__ import annotations
@@ -53,15 +61,17 @@ class PoolAdaptive(AdaptiveCore):
         #: Steps taken so far.
         self.steps = 0
         self._connected: set[str] = set()
+        self._plan: set[str] | None = None
         self._callback: PeriodicCallback | None = None
 
     # ------------------------------------------------------------------ AdaptiveCore
     @property
     def plan(self) -> set[str]:
-        """The pool's jobs in the queue (not those already being removed)."""
-        from hybrid.batch import JobState
-
-        return {j for j, s in self.pool.jobs.items() if s.state is not JobState.removing}
+        """The pool's jobs in the queue that count toward its target (not those being
+        removed, nor those retiring at the end of their lifetime); read once per step."""
+        if self._plan is None:
+            self._plan = set(self.pool.counted())
+        return self._plan
 
     @property
     def requested(self) -> set[str]:
@@ -74,40 +84,89 @@ class PoolAdaptive(AdaptiveCore):
         return self._connected & self.plan
 
     async def target(self) -> int:
-        """Jobs the pool should have for the demand for its resource."""
+        """Jobs the pool should have for the demand for its resource (its share, when it is
+        in an order of preference)."""
         probe = await self.manager.probe()
         self._busy = probe["busy"]
+        self._holds = probe.get("holds", {})
         demand = probe["demand"].get(self.pool.resource, 0)
         if self.pool.spec.serves_cpu_tasks:
             demand += probe.get("unrestricted", 0)
             if self.pool.spec.gpus:  # a GPU pool that also takes the CPU tasks
                 demand += probe["demand"].get(NOT_GPU, 0)
+        order = self.manager.preferences.order_of(self.pool.name)
+        if len(order) > 1:
+            return self.manager.share(self.pool, demand, order)
         return math.ceil(demand / self.pool.spec.tasks_per_job(self.manager.fraction))
 
+    async def recommendations(self, target: int) -> dict:
+        """``AdaptiveCore``'s, but the jobs to close come in order: held and pending first,
+        the newest first, then running jobs whose worker has not joined, then idle workers."""
+        plan = self.plan
+        if target >= len(plan):
+            return await super().recommendations(target)
+        surplus = len(plan) - target
+        to_close = self.pool.least_needed(plan - self.observed)[:surplus]
+        if surplus > len(to_close):
+            to_close += [j for j in await self.workers_to_close(target)
+                         if j not in to_close][:surplus - len(to_close)]
+        firmly_close = set()
+        for job_id in to_close:
+            self.close_counts[job_id] += 1
+            if self.close_counts[job_id] >= self.wait_count:
+                firmly_close.add(job_id)
+        for job_id in list(self.close_counts):  # clear out unseen keys
+            if job_id in firmly_close or job_id not in to_close:
+                del self.close_counts[job_id]
+        if firmly_close:
+            return {"status": "down", "workers": list(firmly_close)}
+        return {"status": "same"}
+
     async def workers_to_close(self, target: int) -> list[str]:
-        """Idle jobs (no task on their workers), the least loaded first."""
+        """Idle jobs (no task on their workers); a worker holding results only while
+        another worker of the cluster stays to take them (else retiring it would fail)."""
         busy = getattr(self, "_busy", {})
+        holds = getattr(self, "_holds", {})
         live = await self.manager.live_workers()
         jobs = await self.manager.pool_workers(self.pool, live)
-        idle = [j for j, addresses in jobs.items()
-                if not any(busy.get(str(live[a].get("name")), 0) for a in addresses)]
-        return idle[:max(0, len(self.plan) - target)]
+        plan = self.plan
+        names = {a: str(info.get("name")) for a, info in live.items()}
+        idle = [j for j, addresses in jobs.items() if j in plan
+                and not any(busy.get(names[a], 0) for a in addresses if a in names)]
+        idle.sort(key=lambda j: sum(holds.get(names.get(a, ""), 0) for a in jobs[j]))
+        chosen: list[str] = []
+        staying = set(live)
+        for job_id in idle[:max(0, len(plan) - target)]:
+            addresses = set(jobs[job_id])
+            holding = any(holds.get(names.get(a, ""), 0) for a in addresses)
+            if holding and not staying - addresses:
+                continue  # its results would have nowhere to go
+            staying -= addresses
+            chosen.append(job_id)
+        return chosen
 
     async def scale_up(self, n: int) -> None:
-        """Submit jobs up to ``n`` in the queue."""
+        """Submit jobs up to ``n`` counting toward the target (``n`` is at most
+        ``maximum``): a job retiring at the end of its lifetime no longer counts, so its
+        replacement goes out ahead of time, while it drains."""
         await self.manager.scale(self.pool, n)
+        self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:
         """Remove these jobs: without a worker at once, with one after graceful retirement."""
-        chosen = [j for j in workers if j in self.pool.jobs]
+        chosen = sorted(j for j in workers if j in self.pool.jobs)
         live = await self.manager.live_workers()
         connected = await self.manager.pool_workers(self.pool, live)
         await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
         addresses = [a for j in chosen if j in connected for a in connected[j]]
         if addresses:
-            await self.manager.scheduler.retire_workers(workers=addresses, close_workers=True,
-                                                        remove=True)
-            await self.manager.remove(self.pool, [j for j in chosen if j in connected])
+            retired = await self.manager.scheduler.retire_workers(
+                workers=addresses, close_workers=True, remove=True) or {}
+            # a worker whose results could not move stays, and so does its job
+            await self.manager.remove(self.pool, [
+                j for j in chosen if j in connected
+                and all(a in retired for a in connected[j])])
+        self._plan = None
         self.pool.target = len(self.plan)
 
     async def adapt(self) -> None:
@@ -115,12 +174,15 @@ class PoolAdaptive(AdaptiveCore):
         self.steps += 1
         try:
             await self.manager.refresh(self.pool)
+            self._plan = None
             self._connected = set(await self.manager.pool_workers(self.pool))
             await super().adapt()
+            self._plan = None
             self.pool.target = len(self.plan)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # keep adapting; the error is reported
+            self._plan = None
             self.errors.append(str(error))
             logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
         if self.pool.failed:

@@ -483,6 +483,25 @@ class HybridCluster(ClusterViews, Cluster):
         self.loop.add_callback(adaptive.start)
         return adaptive
 
+    def prefer(self, order: list[str] | None, fallback_after: Any = None) -> None:
+        """Declare an order of preference between pools that serve the same tasks.
+
+        The demand goes to ``order[0]`` first; what its jobs will not meet goes on to the
+        next pool: the part beyond its ``maximum``, and the part its jobs would meet but that
+        have pended longer than ``fallback_after`` (default
+        ``hybrid.adaptive.fallback-after``; held jobs at once). When the preferred pool's
+        workers arrive, the next pool shrinks back (pending jobs first, then idle workers);
+        the preferred pool's waiting jobs keep their place in the queue. Each pool adapts
+        within its own bounds (:meth:`adapt`). ``None`` forgets every order.
+
+        Examples
+        --------
+        >>> cluster.adapt(pool="slurm", maximum=300)  # doctest: +SKIP
+        >>> cluster.adapt(pool="k8s", maximum=50)  # doctest: +SKIP
+        >>> cluster.prefer(["slurm", "k8s"], fallback_after="10 minutes")  # doctest: +SKIP
+        """
+        self._manager().prefer(order, fallback_after, label="prefer")
+
     # ------------------------------------------------------------------ waiting
     def connected_workers(self, pool: str | None = None) -> Any:
         """Names of the connected workers of ``pool`` (or of every pool)."""
@@ -515,10 +534,22 @@ class HybridCluster(ClusterViews, Cluster):
         return self._manager().status()
 
     def __repr__(self) -> str:
-        pools = ", ".join(f"{p.name}: {len(p.active())}/{p.target}"
-                          for p in self.pools.values())
+        manager = self.manager
+        statuses = manager.status() if manager is not None else {}
+        pools = ", ".join(f"{name}: {_jobs_in_words(status)}"
+                          for name, status in statuses.items())
         return (f"HybridCluster({self.name!r}, {self.scheduler_address!r}, "
                 f"status={self.status.name}, pools={{{pools}}})")
+
+
+def _jobs_in_words(status: PoolStatus) -> str:
+    """``"2 running, 3 pending (Resources) of 5"`` for a repr."""
+    parts = []
+    for state, jobs in status.jobs.items():
+        if jobs:
+            why = status.reasons.get(state)
+            parts.append(f"{jobs} {state}" + (f" ({', '.join(why)})" if why else ""))
+    return (", ".join(parts) or "no job") + f" of {status.target}"
 
 
 HybridCluster.add_pool.__doc__ = (

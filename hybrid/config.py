@@ -43,10 +43,24 @@ def get(key: str, default: Any = _missing) -> Any:
     kind = setting_types().get(key)
     if kind is None:
         return value
+    try:  # the same value is checked once (the pool manager reads some every poll)
+        return _checked[(key, value)]
+    except (KeyError, TypeError):
+        pass
     from hybrid.fields import validate_value
 
     checked = validate_value(kind, value, f"hybrid.{key}")
-    return value if checked == value else checked
+    result = value if checked == value else checked
+    try:
+        if len(_checked) < 256:
+            _checked[(key, value)] = result
+    except TypeError:  # an unhashable value (a list): checked every time
+        pass
+    return result
+
+
+#: Checked values of settings, by (key, value as configured).
+_checked: dict[tuple[str, Any], Any] = {}
 
 
 def _duration(value: Any) -> Any:
@@ -118,6 +132,8 @@ def setting_types() -> dict[str, Any]:
         "lifecycle.sigterm": StrictBool,
         "worker.nanny": StrictBool | None,
         "worker.check-paths": StrictBool,
+        "worker.lifetime-restart": StrictBool,
+        "adaptive.fallback-after": checked(_duration),
         "batch.poll-interval": checked(_duration),
         "batch.stuck-timeout": checked(_duration),
         "batch.lease": checked(_duration),

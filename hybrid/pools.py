@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from hybrid import config
+from hybrid import config, lifetimes
 from hybrid.errors import ConfigurationError
 from hybrid.fields import (
     AbsolutePath,
@@ -199,6 +199,26 @@ class PoolSpec(BaseModel):
     lease: Seconds = Field(
         86400, description="Jobs remove themselves after this long. Default: "
         "``hybrid.batch.lease``.")
+    lifetime: Annotated[int | Literal["auto", "off"],
+                        BeforeValidator(lifetimes.lifetime_value)] = Field(
+        "auto", description="How long each worker takes tasks; then it drains: it takes no "
+        "new task, finishes its running ones and retires with its results moved to other "
+        "workers, and its replacement, submitted ahead of time (by the queue's recent "
+        "waits), keeps the pool at its target. ``\"auto\"``: with a walltime, the walltime "
+        "less a margin (a tenth of it, at least 1 minute, at most 15 minutes and at most "
+        "half the walltime), else none; ``\"off\"`` (or 0): none. Lifetime plus stagger "
+        "must leave 10 s of the walltime. Default: ``hybrid.worker.lifetime``.")
+    lifetime_stagger: Annotated[int | Literal["auto"],
+                                BeforeValidator(lifetimes.stagger_value)] = Field(
+        "auto", description="Each worker's lifetime is spread by up to this much either way, "
+        "so that workers do not all leave at once (distributed's ``--lifetime-stagger``). "
+        "``\"auto\"``: a twentieth of the lifetime, at most a quarter of what it leaves of "
+        "the walltime. Default: ``hybrid.worker.lifetime-stagger``.")
+    lifetime_restart: bool = Field(
+        False, description="Restart each worker in its job at the end of its lifetime "
+        "(after draining) instead of replacing the job (distributed's "
+        "``--lifetime-restart``): needs a nanny and no walltime, since a restarted worker "
+        "would still be killed at the walltime. Default: ``hybrid.worker.lifetime-restart``.")
     worker_port: PortRange | None = Field(
         None, description='Ports the workers listen on, ``"FIRST:LAST"``. Default: '
         "``hybrid.worker.port-range``.")
@@ -272,8 +292,39 @@ class PoolSpec(BaseModel):
                     "a worker and its nanny each need a port of their own",
                     "Give the nannies ports beside the workers', e.g. "
                     f"nanny_port='{workers[1] + 1}:{workers[1] + 1 + nannies[1] - nannies[0]}'.")
+        self._check_lifetime()
         system_class(self.system).check_spec(self)
         return self
+
+    def _check_lifetime(self) -> None:
+        problem = lifetimes.problem(self.lifetime, self.lifetime_stagger,
+                                    self.lifetime_restart, self.walltime,
+                                    self.worker_extra_args, self.uses_nanny)
+        if problem is not None:
+            field, accepted, fix = problem
+            raise _field_error(field, getattr(self, field), accepted, fix)
+
+    # ------------------------------------------------------------------ lifetimes
+    def walltime_seconds(self) -> int | None:
+        """The walltime in seconds (``None`` without one)."""
+        return lifetimes.walltime_seconds(self.walltime)
+
+    def lifetime_seconds(self) -> float | None:
+        """How long each worker takes tasks before it drains (``None``: no lifetime)."""
+        return lifetimes.lifetime_seconds(self.lifetime, self.walltime,
+                                          self.worker_extra_args)
+
+    def lifetime_stagger_seconds(self) -> float:
+        """The spread of each worker's lifetime, either way (seconds)."""
+        return lifetimes.stagger_seconds(self.lifetime_stagger, self.lifetime_seconds(),
+                                         self.walltime)
+
+    def worker_deadline_seconds(self) -> float | None:
+        """When each worker stops on its own (distributed's ``--lifetime``, from its start),
+        whatever still runs: before the walltime, with time to move its results. The pool
+        manager drains it earlier (``None``: no walltime, no deadline)."""
+        return lifetimes.worker_deadline(self.lifetime_seconds(),
+                                         self.lifetime_stagger_seconds(), self.walltime)
 
     # ------------------------------------------------------------------ derived numbers
     @property
@@ -392,7 +443,10 @@ class PoolSpec(BaseModel):
                              ("contact_address", "contact-address"), ("nanny", "nanny"),
                              ("worker_extra_args", "extra-args"),
                              ("gpu_sharing", "gpu-sharing"),
-                             ("gpu_sharing_mode", "gpu-sharing-mode"), ("gpu_mps", "gpu-mps")):
+                             ("gpu_sharing_mode", "gpu-sharing-mode"), ("gpu_mps", "gpu-mps"),
+                             ("lifetime", "lifetime"),
+                             ("lifetime_stagger", "lifetime-stagger"),
+                             ("lifetime_restart", "lifetime-restart")):
             default(key, worker.get(setting.replace("-", "_")), f"hybrid.worker.{setting}")
         for key in ("image", "runtime", "binds", "options"):
             default(f"container_{key}", container.get(key), f"hybrid.worker.container.{key}")
@@ -512,11 +566,6 @@ def _numbers_from(resources: Any, prefix: str) -> dict[str, Any]:
                              "ComputeResources, QueueWorkerResources or PodResources")
 
 
-def _type_name(annotation: Any) -> str:
-    text = getattr(annotation, "__name__", None) or str(annotation)
-    return text.replace("typing.", "").replace("NoneType", "None")
-
-
 def numpydoc_parameters(skip: tuple[str, ...] = ("name",)) -> str:
     """The numpydoc ``Parameters`` entries of every pool option (from the field docs)."""
     lines = []
@@ -526,7 +575,8 @@ def numpydoc_parameters(skip: tuple[str, ...] = ("name",)) -> str:
         kind = {"system": "str or BatchSystem", "memory": "str or pint.Quantity",
                 "walltime": "str or pint.Quantity", "env": "dict",
                 "system_options": "dict", "death_timeout": "str or float",
-                "lease": "str or float"}.get(key) or _doc_type(field)
+                "lease": "str or float", "lifetime": "str or float",
+                "lifetime_stagger": "str or float"}.get(key) or _doc_type(field)
         lines.append(f"{key} : {kind}")
         lines.append(f"    {field.description or ''}")
     return "\n".join(lines)

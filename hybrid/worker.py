@@ -7,6 +7,9 @@ it from its own batch job id). Every template, batch or Kubernetes, runs this sa
 The worker starts through ``python -m distributed.cli.dask_worker``, which loads only what a
 worker needs (``python -m dask worker`` would import every ``dask`` CLI plugin first), and
 without its own dashboard unless ``worker_extra_args`` ask for it (``--dashboard``).
+A pool with a walltime and a lifetime (:mod:`hybrid.lifetimes`) gives its workers
+distributed's ``--lifetime`` shortly before the walltime, as a safety net: the pool manager
+drains each worker at the end of its lifetime, earlier.
 """
 
 from __future__ import annotations
@@ -200,7 +203,11 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
         words += ["--worker-port", spec.worker_port]
     if nanny and spec.nanny_port:
         words += ["--nanny-port", spec.nanny_port]
-    words += ["--death-timeout", str(spec.death_timeout), *spec.worker_extra_args]
+    words += ["--death-timeout", str(spec.death_timeout)]
+    deadline = spec.worker_deadline_seconds()
+    if deadline is not None:  # the safety net: the pool manager drains the worker earlier
+        words += ["--lifetime", f"{deadline:g}s", "--lifetime-stagger", "0s"]
+    words += spec.worker_extra_args
     return WorkerCommand(prefix=(*spec.container_prefix(), *spec.launcher()),
                          python=worker_python(spec), arguments=tuple(words))
 

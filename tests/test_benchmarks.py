@@ -230,3 +230,32 @@ def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
     for run in (annotated, plain):
         assert run["platforms"] == {"CPU": 2}
         assert len(run["ns_per_day"]) == 2 and all(v > 0 for v in run["ns_per_day"])
+
+
+def test_busy_simulator_measures_every_scenario(tmp_path):
+    """The batch-queue simulator's scenarios at their quick size (no pool needed)."""
+    data = run_benchmark("busy-sim", tmp_path)
+    configs = {config for _, config, _ in variants(data, "busy-sim")}
+    assert {"8 h of work, walltime 1 h", "burst on a slow pool",
+            "evictions, 1 per job-hour"} <= configs
+    found = {variant for _, _, variant in variants(data, "busy-sim")}
+    assert {"hybrid", "dask-jobqueue model", "hybrid, no lifetime", "requeued", "preempted",
+            "busy pool alone", "busy + fast pool", "decision CPU time: p99",
+            "run: wall time"} <= found
+    assert goals(data)["B4"][0]["met"] is None  # quick size: no verdict
+
+
+@pytest.mark.htcondor
+@pytest.mark.slurm
+@pytest.mark.timeout(900)
+def test_busy_pools_compare_hybrid_and_dask_jobqueue(htcondor_pool, slurm_cluster, tmp_path):
+    data = run_benchmark("busy", tmp_path, timeout=840)
+    for system in ("htcondor", "slurm"):
+        assert {v for s, _, v in variants(data, "busy: over-submission") if s == system} == {
+            "hybrid", "dask-jobqueue"}
+    assert {v for _, _, v in variants(data, "busy: walltime")} == {"hybrid", "dask-jobqueue"}
+    assert {v for _, _, v in variants(data, "busy: spill-over")} == {
+        "hybrid: busy pool alone", "hybrid: busy + fast pool",
+        "dask-jobqueue: busy pool alone"}
+    verdicts = goals(data)
+    assert all(g["met"] in (True, False) for g in verdicts["B1"] + verdicts["B3"])

@@ -25,7 +25,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("hybrid.config", "hybrid")),
     ("lifecycle", ("hybrid.lifecycle",)),
     ("routing and templates", ("hybrid.routing", "hybrid.templates", "hybrid.gpusharing")),
-    ("the model", ("hybrid.resources", "hybrid.pools")),
+    ("the model", ("hybrid.resources", "hybrid.lifetimes", "hybrid.pools")),
     ("the worker command", ("hybrid.worker",)),
     ("batch jobs and staging", ("hybrid.batch.jobs", "hybrid.batch.staging")),
     ("security", ("hybrid.security",)),

@@ -163,6 +163,26 @@ ALLOW_READ = *
 ALLOW_WRITE = *
 EOF
 
+# Opt-in busy behaviour, for the jobs that ask for it only (hybrid's busy-pool tests):
+#  - `concurrency_limits = hybrid_ci_busy` in a job: at most HYBRID_CI_BUSY_LIMIT such jobs
+#    run at once; the others stay idle, the negotiator saying "concurrency limit
+#    hybrid_ci_busy reached" (LastRejMatchReason);
+#  - `My.HybridCIStartAfter = <epoch seconds>`: the job does not start before then (START),
+#    as Slurm's --begin.
+# Jobs without either are matched as before. Evictions are `condor_vacate_job` (or
+# Schedd.act(JobAction.Vacate)). A change of this file reaches a running pool by
+# condor_reconfig (below), never a restart.
+BUSY_CONF="$ROOT/etc/condor/config.d/91-hybrid-ci-busy.conf"
+BUSY_LIMIT="${HYBRID_CI_HTCONDOR_BUSY_LIMIT:-2}"
+BUSY_TEXT="# Written by ci/htcondor/up.sh: opt-in busy behaviour for hybrid's busy-pool tests.
+HYBRID_CI_BUSY_LIMIT = $BUSY_LIMIT
+START = (\$(START)) && ((TARGET.HybridCIStartAfter =?= undefined) || (time() >= TARGET.HybridCIStartAfter))"
+BUSY_CHANGED=0
+if [[ ! -f "$BUSY_CONF" || "$(cat "$BUSY_CONF")" != "$BUSY_TEXT" ]]; then
+    printf '%s\n' "$BUSY_TEXT" >"$BUSY_CONF"
+    BUSY_CHANGED=1
+fi
+
 # Mounts (each only if not mounted yet).
 mount_once() {   # mount_once TARGET MOUNT-ARGS...
     local target="$1"; shift
@@ -321,6 +341,15 @@ ensure_token() {   # an IDTOKEN for the job user (needs the running pool's signi
 
 if pid="$(live_master_pid)"; then
     wait_ready "$pid" || { show_condor_logs; die "condor_master $pid runs but the pool does not answer"; }
+    if [[ $BUSY_CHANGED == 1 ]]; then   # the opt-in busy settings changed: reconfigure
+        in_chroot "$ROOT" condor_reconfig >/dev/null || die "condor_reconfig failed"
+        deadline=$(( $(date +%s) + UP_TIMEOUT ))
+        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT 2>/dev/null)" == "$BUSY_LIMIT" ]]; do
+            (( $(date +%s) < deadline )) || die "the negotiator did not take the busy settings"
+            sleep 0.5
+        done
+        log "busy settings applied (condor_reconfig)"
+    fi
     ensure_token
     log "pool already up (condor_master pid $pid); checked in $(elapsed) s. source $ENV_FILE"
     exit 0

@@ -15,12 +15,20 @@
 #   HYBRID_CI_STATE          base state dir            (/var/tmp/hybrid-ci)
 #   HYBRID_CI_SLURM_CPUS     CPUs declared for the node (16)
 #   HYBRID_CI_SLURM_TIMEOUT  seconds to wait per step   (60)
+#   HYBRID_CI_SLURM_BUSY_CPUS CPUs of the node the opt-in "busy" partition may use (2)
+#
+# The opt-in "busy" partition (jobs that ask for it with --partition=busy) runs at most
+# HYBRID_CI_SLURM_BUSY_CPUS one-CPU jobs at once: the rest pend with the reason Resources,
+# as on a busy facility. It is created at run time (scontrol create), warm or cold, so
+# adding it never restarts the daemons under other tests' jobs; the default partition
+# "debug" is unchanged.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE="${HYBRID_CI_STATE:-/var/tmp/hybrid-ci}/slurm"
 CPUS="${HYBRID_CI_SLURM_CPUS:-16}"
 TIMEOUT="${HYBRID_CI_SLURM_TIMEOUT:-60}"
+BUSY_CPUS="${HYBRID_CI_SLURM_BUSY_CPUS:-2}"
 CONF=/etc/slurm/slurm.conf
 RUN="$STATE/run"          # pid files of slurmctld/slurmd
 LOG="$STATE/log"          # slurmctld.log, slurmd.log
@@ -160,7 +168,23 @@ write_env() {
 export SLURM_CONF=$CONF
 export HYBRID_CI_SLURM_STATE=$STATE
 export HYBRID_CI_SLURM_PARTITION=debug
+export HYBRID_CI_SLURM_BUSY_PARTITION=busy
+export HYBRID_CI_SLURM_BUSY_CPUS=$BUSY_CPUS
 EOF
+}
+
+# The opt-in busy partition: created (or set to BUSY_CPUS) on the running controller. Its
+# PriorityTier is below debug's: the scheduler looks at debug's jobs first, so the busy jobs
+# that wait for one of its slots never hold the node back from other tests' jobs.
+ensure_busy_partition() {
+    if scontrol show partition busy >/dev/null 2>&1; then
+        scontrol update PartitionName=busy MaxCPUsPerNode="$BUSY_CPUS" PriorityTier=0 \
+            State=UP || fail "scontrol update of the busy partition failed" "$LOG/slurmctld.log"
+    else
+        scontrol create PartitionName=busy Nodes=ALL Default=NO State=UP MaxTime=INFINITE \
+            MaxCPUsPerNode="$BUSY_CPUS" PriorityTier=0 \
+            || fail "scontrol create of the busy partition failed" "$LOG/slurmctld.log"
+    fi
 }
 
 # ---------------------------------------------------------------- warm?
@@ -174,6 +198,7 @@ if pid_alive "$MUNGE_DIR/munged.pid" munged \
    && [[ -f $CONF && "$(cat "$CONF")" == "$NEWCONF" ]] \
    && wait_for 30 answers; then
     mark "warm check"
+    ensure_busy_partition
     write_env
     log "already up: munged $(cat "$MUNGE_DIR/munged.pid"), slurmctld $(cat "$RUN/slurmctld.pid"), slurmd $(cat "$RUN/slurmd.pid"); node $NODE $(node_state)"
     log "env: source $STATE/env.sh"
@@ -263,6 +288,7 @@ until node_idle; do
 done
 mark "slurmd + node idle"
 
+ensure_busy_partition
 write_env
 
 # ---------------------------------------------------------------- smoke

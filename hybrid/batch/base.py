@@ -146,6 +146,9 @@ class BatchSystem(abc.ABC):
     reserved_directives: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: The system's own settings.
     Settings: ClassVar[type[SystemSettings]] = SystemSettings
+    #: True for a system whose calls return at once without blocking (the pool manager
+    #: then calls them on its event loop, not in its threads).
+    answers_at_once: ClassVar[bool] = False
     #: What to check when the system's tools are there but do not answer (``hybrid doctor``).
     unreachable_fix: ClassVar[str] = ("Check that the batch system's client tools work from "
                                       "this node (configuration, credentials, network).")
@@ -262,6 +265,7 @@ class BatchSystem(abc.ABC):
             "scheduler": job.connection.scheduler_address,
             "walltime": f"{hhmm}:00",
             "walltime_hhmm": hhmm,
+            "walltime_seconds": job.spec.walltime_seconds() or job.spec.lease,
             "lease_seconds": job.spec.lease,
             # without a nanny the job script watches the worker's memory (hybrid/worker.py)
             "memory_watch_kib": watch[0] if watch else None,
@@ -360,6 +364,8 @@ class CommandLineSystem(BatchSystem):
     remove_command: ClassVar[str]
     #: Words in a tool's stderr meaning "that job is no longer there", not a failure.
     gone_words: ClassVar[tuple[str, ...]] = ()
+    #: Reasons of :meth:`parse_query` that say the system evicted (preempted) the job.
+    evicted_reasons: ClassVar[tuple[str, ...]] = ()
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Submit the rendered script once (once per ``max_array_size`` workers where the system
@@ -421,7 +427,8 @@ class CommandLineSystem(BatchSystem):
             owner, pool, scheduler = parse_tag(tag, ours)
             if owner is None or (cluster is not None and owner != cluster):
                 continue
-            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler)
+            found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler,
+                                      evicted=reason in self.evicted_reasons)
         if ids is not None:
             return [found[j] for j in ids if j in found]
         return list(found.values())

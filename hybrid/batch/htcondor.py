@@ -66,7 +66,9 @@ def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
             return JobState.pending, "spooling input files"
         return JobState.held, str(ad.get("HoldReason", "held (no reason given)"))
     if status in (named.IDLE, named.SUSPENDED):
-        return JobState.pending, None
+        # the negotiator's word on why it did not match ("concurrency limit ... reached")
+        why = str(ad.get("LastRejMatchReason") or "").strip()
+        return JobState.pending, why or None
     if status in (named.RUNNING, named.TRANSFERRING_OUTPUT):
         return JobState.running, None
     if status == named.REMOVED:  # still in the queue, its processes may still be stopping
@@ -414,8 +416,8 @@ class HTCondor(BatchSystem):
     def _projection(self) -> list[str]:
         tag = tag_prefix()
         return ["ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCode",
-                "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", tag, f"{tag}Pool",
-                f"{tag}Scheduler"]
+                "RemoveReason", "ExitCode", "ExitBySignal", "ExitSignal", "JobRunCount",
+                "LastVacateTime", "LastRejMatchReason", tag, f"{tag}Pool", f"{tag}Scheduler"]
 
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
@@ -448,13 +450,25 @@ class HTCondor(BatchSystem):
             raise BatchError(f"HTCondor query failed: {error}") from None
         wanted = set(ids) if ids is not None else None
         out: dict[str, JobStatus] = {}
+        # the negotiator notes why it did not match on one job of a group of alike jobs:
+        # the idle jobs of the same submission wait for the same reason
+        idle = int(_bindings().JobStatus.IDLE)
+        idle_reason = {ad["ClusterId"]: str(ad["LastRejMatchReason"]).strip() for ad in ads
+                       if int(ad.get("JobStatus", 0)) == idle
+                       and ad.get("LastRejMatchReason")}
         for ad, in_queue in [(ad, True) for ad in ads] + [(ad, False) for ad in ended]:
             job_id = f"{ad['ClusterId']}.{ad['ProcId']}"
             if wanted is not None and job_id not in wanted:
                 continue
             state, reason = condor_state(ad, in_queue)
-            out.setdefault(job_id, JobStatus(job_id, state, reason, ad.get(tag),
-                                             ad.get(f"{tag}Pool"), ad.get(f"{tag}Scheduler")))
+            if state is JobState.pending and reason is None:
+                reason = idle_reason.get(ad["ClusterId"])
+            starts = ad.get("JobRunCount")
+            out.setdefault(job_id, JobStatus(
+                job_id, state, reason, ad.get(tag), ad.get(f"{tag}Pool"),
+                ad.get(f"{tag}Scheduler"), starts=None if starts is None else int(starts),
+                evicted=in_queue and int(ad.get("JobStatus", 0)) == idle
+                and ad.get("LastVacateTime") is not None))  # waits again after a vacate
         return list(out.values())
 
     def remove(self, job_ids: Iterable[str]) -> None:

@@ -35,12 +35,26 @@ class JobState(str, Enum):
     @property
     def active(self) -> bool:
         """Pending, running, held or being removed: the job still occupies the queue."""
-        return self in (JobState.pending, JobState.running, JobState.held, JobState.removing)
+        return self in ACTIVE_STATES
+
+
+#: The states of a job still in the queue (:attr:`JobState.active`).
+ACTIVE_STATES = frozenset({JobState.pending, JobState.running, JobState.held,
+                           JobState.removing})
+#: The states of a job that counts toward a pool's jobs: in the queue, not being removed.
+QUEUED_STATES = frozenset({JobState.pending, JobState.running, JobState.held})
 
 
 @dataclass(frozen=True)
 class JobStatus:
-    """One job as the batch system reports it."""
+    """One job as the batch system reports it.
+
+    ``starts`` is how many times the system has started the job (HTCondor's
+    ``JobRunCount``; ``None`` where the query does not say): a job that starts again after
+    an eviction counts up. ``evicted`` is True when the system itself says the job was
+    evicted: it waits in the queue again after a vacate, or it left the queue preempted
+    (state ``removed``), neither a failure.
+    """
 
     job_id: str
     state: JobState
@@ -48,11 +62,14 @@ class JobStatus:
     cluster: str | None = None
     pool: str | None = None
     scheduler: str | None = None
+    starts: int | None = None
+    evicted: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"job_id": self.job_id, "state": self.state.value, "reason": self.reason,
-                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler}
+                "cluster": self.cluster, "pool": self.pool, "scheduler": self.scheduler,
+                "starts": self.starts, "evicted": self.evicted}
 
 
 #: The tag of ``hybrid.yaml`` (staging directories recorded before tags were recorded).

@@ -38,8 +38,10 @@ _STATES = {
     "CANCELLED": JobState.removed, "REVOKED": JobState.removed,
     "FAILED": JobState.failed, "TIMEOUT": JobState.failed, "NODE_FAIL": JobState.failed,
     "OUT_OF_MEMORY": JobState.failed, "BOOT_FAIL": JobState.failed,
-    "DEADLINE": JobState.failed, "PREEMPTED": JobState.failed, "SPECIAL_EXIT": JobState.failed,
+    "DEADLINE": JobState.failed, "PREEMPTED": JobState.removed, "SPECIAL_EXIT": JobState.failed,
 }
+#: Slurm states that say the job was preempted: not a failure of the job.
+_PREEMPTED = ("PREEMPTED",)
 _SEP = "\x1f"  # a separator no job name or comment contains
 _GONE = ("already completing or completed", "Invalid job id")  # a job gone: not a failure
 #: Where a ``Key=`` word starts in ``scontrol show job --oneliner`` (keys hold ``/`` and ``:``).
@@ -55,10 +57,13 @@ class SlurmJob(NamedTuple):
     reason: str | None
 
 
+def _base(state: str) -> str:
+    return state.split()[0].rstrip("+").upper() if state else ""
+
+
 def slurm_state(state: str, reason: str | None) -> JobState:
     """Map a Slurm state (and pending reason) to a :class:`JobState`."""
-    base = state.split()[0].rstrip("+").upper() if state else ""
-    mapped = _STATES.get(base, JobState.pending)
+    mapped = _STATES.get(_base(state), JobState.pending)
     if mapped is JobState.pending and reason and "held" in reason.lower():
         return JobState.held
     return mapped
@@ -79,6 +84,7 @@ class Slurm(CommandLineSystem):
     submit_command = ("sbatch", "--parsable")
     remove_command = "scancel"
     gone_words = _GONE
+    evicted_reasons = _PREEMPTED
     Settings = SlurmSettings
     #: Whether ``squeue --json`` answers (until it does not).
     _json = True
@@ -139,6 +145,8 @@ class Slurm(CommandLineSystem):
             if len(fields) != 4:
                 continue
             job_id, state, reason, comment = (f.strip() for f in fields)
+            if _base(state) in _PREEMPTED:
+                reason = _base(state)
             yield (job_id, comment, slurm_state(state, reason),
                    None if reason in ("None", "") else reason)
 
@@ -170,7 +178,9 @@ def scontrol_record(line: str) -> SlurmJob | None:
     job_id = f"{fields.get('ArrayJobId')}_{task}" if task.isdigit() else fields["JobId"]
     reason = fields.get("Reason")
     state = slurm_state(fields.get("JobState", ""), reason)
-    if state is JobState.failed and fields.get("ExitCode"):
+    if _base(fields.get("JobState", "")) in _PREEMPTED:
+        reason = _base(fields["JobState"])
+    elif state is JobState.failed and fields.get("ExitCode"):
         reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
     return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""), state,
                     None if reason in (None, "None") else reason)
@@ -214,6 +224,8 @@ def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
         state = " ".join(states) if isinstance(states, list) else str(states or "")
         reason = job.get("state_description") or job.get("state_reason")
         reason = None if reason in (None, "", "None") else reason
+        if _base(state) in _PREEMPTED:  # preempted, not failed: the state is the reason
+            reason = _base(state)
         array, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
         if array and task is not None:
             ids = [f"{array}_{task}"]

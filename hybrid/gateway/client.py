@@ -406,6 +406,11 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         adaptive.start()
         return adaptive
 
+    def prefer(self, order: list[str] | None, fallback_after: Any = None) -> None:
+        """An order of preference between batch pools that serve the same tasks, as
+        :meth:`hybrid.HybridCluster.prefer` (``None`` forgets every order)."""
+        self._manager().prefer(order, fallback_after, label="prefer")
+
     def wait_for_workers(self, n_workers: int, timeout: Any = None, *,
                          pool: str | None = None, progress: bool | None = None) -> Any:
         """Wait until ``n_workers`` workers are connected (``distributed``'s signature).

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ from dask.utils import parse_timedelta
 
 from hybrid import config
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob, get_system
+from hybrid.batch.jobs import ACTIVE_STATES
 from hybrid.errors import (
     BatchError,
     ConfigurationError,
@@ -40,8 +42,11 @@ from hybrid.errors import (
     ToolMissing,
 )
 from hybrid.manager.closing import Closing
+from hybrid.manager.lifetime import Lifetimes
 from hybrid.manager.pool import ManagedPool, PoolStatus, short_ids
+from hybrid.manager.preference import Preferences, capacity, shares
 from hybrid.manager.waiting import WaitingForWorkers
+from hybrid.manager.watching import JobWatch
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU, gpu_fraction
 from hybrid.worker import Connection
@@ -53,8 +58,12 @@ SCHEDULER_ANSWERS_WITHIN = 5.0
 #: The reason of a job that left the queue without a record of how it ended.
 GONE = "no longer in the queue"
 
+#: The functions run on the scheduler, pickled (by value) once.
+_PICKLED: dict[Callable, bytes] = {}
+_NO_ARGS = pickle.dumps(())
 
-class PoolManager(WaitingForWorkers, Closing):
+
+class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     """The pools of one cluster and everything between its scheduler and batch systems.
 
     ``scheduler`` is an ``rpc`` to the scheduler (``identity``, ``run_function``,
@@ -71,6 +80,11 @@ class PoolManager(WaitingForWorkers, Closing):
         #: What the cluster's workers may add up to (``max_workers``, ``max_cores``,
         #: ``max_memory`` in bytes; ``None``: no limit), e.g. a gateway admin's limits.
         self.limits: dict[str, float | None] = {}
+        #: The clock of every time the manager keeps (queue waits, lifetimes, fallbacks):
+        #: ``time.monotonic``; a simulation gives its own.
+        self.clock: Callable[[], float] = time.monotonic
+        #: Which pool takes which pool's demand when its jobs wait (:meth:`prefer`).
+        self.preferences = Preferences()
         self._executor = ThreadPoolExecutor(max_workers=4,
                                             thread_name_prefix=f"hybrid-{cluster}")
         self._reconciler: asyncio.Task | None = None
@@ -111,7 +125,26 @@ class PoolManager(WaitingForWorkers, Closing):
     def status(self) -> dict[str, PoolStatus]:
         """Each pool's :class:`~hybrid.manager.pool.PoolStatus`, as of its last refresh
         (every ``hybrid.batch.poll-interval``; no batch system is asked here)."""
-        return {name: pool.status() for name, pool in self.pools.items()}
+        now = self.clock()
+        return {name: pool.status(now, self.preferences.fallback_of(name))
+                for name, pool in self.pools.items()}
+
+    def prefer(self, order: Any, fallback_after: Any = None, label: str = "prefer") -> None:
+        """Record an order of preference between pools (see
+        :mod:`hybrid.manager.preference`); ``None`` forgets every order."""
+        if order is None:
+            self.preferences.clear()
+            return
+        if fallback_after is None:
+            fallback_after = config.get("adaptive.fallback-after", "5 minutes")
+        self.preferences.add(order, self.pools, fallback_after, label)
+
+    def share(self, pool: ManagedPool, demand: int, order: list[str]) -> int:
+        """The jobs ``pool`` should have for ``demand`` tasks, as its share of ``order``."""
+        now = self.clock()
+        return shares(demand, [capacity(self.pools[name], self.fraction, now,
+                                        self.preferences.fallback_of(name))
+                               for name in order])[pool.name]
 
     def systems(self) -> list[BatchSystem]:
         """The batch system objects of the pools, each once."""
@@ -121,7 +154,10 @@ class PoolManager(WaitingForWorkers, Closing):
         return list(seen.values())
 
     async def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a blocking batch-system call in the manager's threads."""
+        """Run a blocking batch-system call in the manager's threads (a system that
+        answers at once, on the loop)."""
+        if getattr(getattr(function, "__self__", None), "answers_at_once", False):
+            return function(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor,
                                           functools.partial(function, *args, **kwargs))
@@ -153,8 +189,12 @@ class PoolManager(WaitingForWorkers, Closing):
                               final=isinstance(error, ToolMissing), report=report)
             raise
         pool.submit_calls += 1
+        pool.submitted += len(ids)
         pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address) for j in ids)
+        now = self.clock()
+        for job_id in ids:
+            pool._submitted[job_id] = now
         logger.info("pool %s: submitted %d worker job(s): %s", pool.name, len(ids),
                     short_ids(ids))
         return ids
@@ -203,15 +243,17 @@ class PoolManager(WaitingForWorkers, Closing):
     async def _refresh(self, pool: ManagedPool) -> None:
         tracked = list(pool.jobs)
         if not tracked:
+            pool.refreshed_at = self.clock()
             return
+        asked = self.clock()
         statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
+        pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
         missing = [j for j in tracked if j not in statuses and j not in pool._removed]
         if missing:
             statuses.update({s.job_id: s for s in await self.call(
                 pool.system.query, job_ids=missing, history=True)})
-        now = time.monotonic()
-        stuck_after = self.stuck_after()
+        now = self.clock()
         for job_id in tracked:
             if job_id not in pool.jobs:
                 continue
@@ -219,14 +261,27 @@ class PoolManager(WaitingForWorkers, Closing):
                 JobStatus(job_id, JobState.removed, "removed by hybrid", self.cluster, pool.name)
                 if job_id in pool._removed else JobStatus(
                     job_id, JobState.finished, GONE, self.cluster, pool.name))
-            if status.state.active:
-                pool.jobs[job_id] = status
-                self._watch_pending(pool, status, now, stuck_after)
+            if status.state in ACTIVE_STATES:
+                old = pool.jobs[job_id]
+                if (status.state is JobState.pending and old.state is JobState.running
+                        and pool._connected_at.get(job_id, float("-inf")) >= asked):
+                    continue  # asked before its worker connected: it runs (not an eviction)
+                if status is not old and status != old:  # unchanged: nothing to note
+                    self._observe(pool, old, status, now)
+                    pool.jobs[job_id] = status
                 continue
             del pool.jobs[job_id]
             pool.ended.append(status)
-            pool._first_pending.pop(job_id, None)
-            if job_id in pool._removed or job_id in pool._connected:
+            drained = job_id in pool._drained
+            pool.forget(job_id)
+            if job_id in pool._removed:
+                continue
+            if status.evicted and status.state is JobState.removed:  # preempted: refilled
+                self._evicted(pool, status, left=True)
+                continue
+            if job_id in pool._connected:
+                if status.state in (JobState.failed, JobState.removed) and not drained:
+                    self._ended_with_worker(pool, status)
                 continue
             if status.state is JobState.finished and status.reason != GONE and pool._connected:
                 # a worker exits 0 only when its scheduler closed it (client.restart() of a
@@ -238,24 +293,8 @@ class PoolManager(WaitingForWorkers, Closing):
                 continue
             if status.state in (JobState.failed, JobState.removed, JobState.finished):
                 self._failure(pool, pool.describe_end(status))
-
-    def _watch_pending(self, pool: ManagedPool, status: JobStatus, now: float,
-                       limit: float) -> None:
-        if status.state is not JobState.pending:
-            pool._first_pending.pop(status.job_id, None)
-            return
-        first = pool._first_pending.setdefault(status.job_id, now)
-        if now - first < limit:
-            return
-        known = pool.stuck.get(status.job_id, "unreported")
-        if known == "unreported" or (known is None and status.reason):
-            pool.stuck[status.job_id] = status.reason
-            logger.warning(
-                "pool %s: job %s has been queued for more than %.0f s (%s); it counts toward "
-                "the target and is not resubmitted. `hybrid status --system %s --cluster %s` "
-                "shows the queue.", pool.name, status.job_id, limit,
-                status.reason or "no reason given by the batch system yet", pool.system.name,
-                self.cluster)
+        self._report_pending(pool, now)
+        self._log_change(pool)
 
     def _failure(self, pool: ManagedPool, why: str, final: bool = False,
                  report: bool = True) -> None:
@@ -279,17 +318,26 @@ class PoolManager(WaitingForWorkers, Closing):
 
     async def _note_connected(self, pool: ManagedPool, job_ids: Iterable[str]) -> None:
         new = set(job_ids) - pool._connected
-        if new:
-            pool._connected.update(new)
-            pool.failures = 0
+        if not new:
+            return
+        pool._connected.update(new)
+        pool.failures = 0
+        now = self.clock()
         for job_id in new:
-            # a job whose worker connected runs, whatever the last query (before it started)
-            # said: its status says so now, not one poll-interval later
+            # a job whose worker connected runs, whatever the last query said: now, not a
+            # poll later, with its start noted (its lifetime counts; an unknown start count,
+            # so the next query's is not read as a restart)
+            pool._connected_at[job_id] = now
             status = pool.jobs.get(job_id)
             if status is not None and status.state is JobState.pending:
-                pool.jobs[job_id] = dataclasses.replace(status, state=JobState.running,
-                                                        reason=None)
-                pool._first_pending.pop(job_id, None)
+                running = dataclasses.replace(status, state=JobState.running, reason=None,
+                                              starts=None)
+                self._observe(pool, status, running, now)
+                pool.jobs[job_id] = running
+            # from its submission to its worker: how long a replacement takes to arrive
+            submitted = pool._submitted.pop(job_id, None)
+            if submitted is not None:
+                pool.arrival_waits.append(now - submitted)
 
     # ------------------------------------------------------------------ workers
     async def live_workers(self) -> dict[str, dict[str, Any]]:
@@ -334,8 +382,11 @@ class PoolManager(WaitingForWorkers, Closing):
         from hybrid import scheduler_probe
 
         cloudpickle.register_pickle_by_value(scheduler_probe)
+        pickled = _PICKLED.get(function)
+        if pickled is None:  # by value, once: the probe runs every adaptive step
+            pickled = _PICKLED[function] = dumps(function)
         response = await self.scheduler.run_function(
-            function=dumps(function), args=dumps(()), kwargs=dumps(kwargs), wait=True)
+            function=pickled, args=_NO_ARGS, kwargs=dumps(kwargs), wait=True)
         if response.get("status") != "OK":
             raise HybridError(f"the scheduler could not run {function.__name__}: {response}")
         return response["result"]
@@ -348,7 +399,7 @@ class PoolManager(WaitingForWorkers, Closing):
         and is reported once: by its exception."""
         async with pool.scaling:
             await self.refresh(pool)
-            active = pool.active()
+            active = pool.counted()
             if len(active) < n:
                 self.check_limits(pool, n)
             previous, pool.target = pool.target, n
@@ -365,7 +416,7 @@ class PoolManager(WaitingForWorkers, Closing):
         """Refuse ``jobs`` jobs of ``pool`` when the cluster would exceed :attr:`limits`."""
         if not any(v is not None for v in self.limits.values()):
             return
-        counts = {p.name: len(p.active()) for p in self.pools.values()}
+        counts = {p.name: len(p.counted()) for p in self.pools.values()}
         counts[pool.name] = jobs
         totals = {
             "max_workers": sum(counts[p.name] * p.spec.processes for p in self.pools.values()),
@@ -397,10 +448,7 @@ class PoolManager(WaitingForWorkers, Closing):
         workers retired gracefully (their results moved elsewhere first)."""
         live = await self.live_workers()
         connected = await self.pool_workers(pool, live)
-        active = pool.active()
-        unconnected = sorted((j for j in active if j not in connected),
-                             key=lambda j: pool.jobs[j].state is not JobState.pending)
-        chosen = unconnected[:count]
+        chosen = pool.least_needed([j for j in pool.counted() if j not in connected])[:count]
         await self.remove(pool, chosen)
         removed = list(chosen)
         left = count - len(chosen)
@@ -410,7 +458,8 @@ class PoolManager(WaitingForWorkers, Closing):
             def job_load(job_id: str) -> int:
                 return sum(load.get(str(live[a].get("name")), 0) for a in connected[job_id])
 
-            candidates = sorted((j for j in connected if j in pool.jobs), key=job_load)
+            candidates = sorted((j for j in connected if j in pool.jobs
+                                 and j not in pool.retiring), key=job_load)
             if idle_only:
                 candidates = [j for j in candidates if job_load(j) == 0]
             candidates = candidates[:left]
@@ -426,12 +475,18 @@ class PoolManager(WaitingForWorkers, Closing):
         return removed
 
     async def reconcile(self, pool: ManagedPool) -> None:
-        """Refresh; refill a pool that lost jobs to its target; give up when it keeps failing."""
-        await self.refresh(pool)
+        """Refresh; refill a pool that lost jobs to its target; give up when it keeps failing.
+
+        An adaptive pool refreshed by its own step less than a poll interval ago is not
+        asked again."""
+        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
+        if pool.adaptive is None or self.clock() - pool.refreshed_at >= poll:
+            await self.refresh(pool)
         if pool.failed:
             await self._give_up(pool)
             return
-        if pool.adaptive is None and pool.target > len(pool.active()):
+        await self.check_lifetimes(pool)
+        if pool.adaptive is None and pool.target > len(pool.counted()):
             async with pool.scaling:
                 await self._refill(pool)
         held = [s for s in pool.jobs.values() if s.state is JobState.held]
@@ -442,7 +497,7 @@ class PoolManager(WaitingForWorkers, Closing):
 
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
-        missing = pool.target - len(pool.active())
+        missing = pool.target - len(pool.counted())
         if pool.adaptive is not None or missing <= 0:
             return
         try:  # replacements only for a scheduler that answers: none would join a dead one
@@ -452,8 +507,10 @@ class PoolManager(WaitingForWorkers, Closing):
                            "scheduler does not answer (%s)", pool.name, missing, pool.target,
                            error)
             return
-        logger.info("pool %s: %d of its %d job(s) are gone; submitting replacements",
-                    pool.name, missing, pool.target)
+        retiring = sum(1 for j in pool.retiring if j in pool.jobs)
+        logger.info("pool %s: %d of its %d job(s) %s; submitting replacements", pool.name,
+                    missing, pool.target, "are gone" if not retiring else
+                    f"are gone or at the end of their lifetime ({retiring} retiring)")
         with contextlib.suppress(BatchError, ConfigurationError, OSError, PoolFailed):
             await self.submit(pool, missing)
 
@@ -509,17 +566,6 @@ class PoolManager(WaitingForWorkers, Closing):
             self._reconciler = asyncio.ensure_future(
                 self._reconcile_forever(self.poll_interval()))
 
-    @staticmethod
-    def poll_interval() -> float:
-        """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
-        return parse_timedelta(config.get("batch.poll-interval", "2s"))
-
-    @staticmethod
-    def stuck_after() -> float:
-        """Seconds a job may wait in the queue before it is reported
-        (``hybrid.batch.stuck-timeout``)."""
-        return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
-
     async def stop(self) -> None:
         """Stop reconciling and every pool's adaptivity (the jobs stay)."""
         for pool in self.pools.values():
@@ -531,34 +577,4 @@ class PoolManager(WaitingForWorkers, Closing):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-    async def adopt(self, names: Iterable[str] | None = None) -> None:
-        """Track the cluster's jobs the batch systems list (submitted by any process), for
-        the pools ``names`` (default: all)."""
-        for pool in self.pools.values():
-            if names is not None and pool.name not in names:
-                continue
-            pool.adopted = True
-            try:
-                statuses = await self.call(pool.system.query, cluster=self.cluster)
-            except (BatchError, OSError) as error:
-                logger.warning("pool %s: cannot list the cluster's jobs on %s (%s); `hybrid "
-                               "status --system %s --cluster %s` lists them", pool.name,
-                               pool.system.name, error, pool.system.name, self.cluster)
-                continue
-            pool.track(s for s in statuses if s.pool == pool.name and s.state.active)
-            pool.target = len(pool.active())
-
-    async def jobs(self, pool: str | None = None) -> list[JobStatus]:
-        """The jobs of ``pool`` (or of every pool) in the queue, as the systems list them now
-        (also jobs another process submitted); pools that never submitted are not asked."""
-        pools = [self.pool(pool)] if pool is not None else list(self.pools.values())
-        found: dict[tuple[str, str], JobStatus] = {}
-        for target in pools:
-            if not target.used:
-                continue
-            for status in await self.call(target.system.query, cluster=self.cluster):
-                if status.state.active and status.pool == target.name:
-                    found[(target.system.name, status.job_id)] = status
-        return list(found.values())
 

@@ -9,6 +9,7 @@ batch system anything.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
-from hybrid.batch.jobs import worker_name_suffix
+from hybrid.batch.jobs import QUEUED_STATES, worker_name_suffix
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU
 
@@ -35,7 +36,12 @@ class PoolStatus:
     ``held``, ``removing``); ``reasons`` gives, per state, each reason the batch system gave
     and how many jobs it holds (``{"pending": {"Resources": 3}}``); ``connected`` is the
     number of the pool's jobs whose worker has joined; ``adaptive`` the bounds while the
-    pool adapts.
+    pool adapts. ``retiring`` counts the jobs at the end of their lifetime (their workers
+    drain, their replacements are on the way), ``evictions`` the jobs the batch system
+    evicted or preempted so far (none of them a failure), ``oldest_pending`` how long the
+    longest-waiting pending job has waited (seconds), and ``fallback`` the pool that takes
+    this pool's demand when its jobs wait longer than ``fallback_after`` seconds
+    (:meth:`hybrid.HybridCluster.prefer`).
     """
 
     name: str
@@ -47,6 +53,11 @@ class PoolStatus:
     connected: int = 0
     adaptive: tuple[int, int] | None = None
     failed: str | None = None
+    retiring: int = 0
+    evictions: int = 0
+    oldest_pending: float | None = None
+    fallback: str | None = None
+    fallback_after: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -55,7 +66,9 @@ class PoolStatus:
                 "reasons": {k: dict(v) for k, v in self.reasons.items()},
                 "connected": self.connected,
                 "adaptive": list(self.adaptive) if self.adaptive else None,
-                "failed": self.failed}
+                "failed": self.failed, "retiring": self.retiring,
+                "evictions": self.evictions, "oldest_pending": self.oldest_pending,
+                "fallback": self.fallback, "fallback_after": self.fallback_after}
 
     def summary(self) -> str:
         """One line: ``pool gpu (htcondor): 2 running, 3 pending (Resources: 3); target 5``."""
@@ -67,12 +80,30 @@ class PoolStatus:
                           if why else "")
                 parts.append(f"{count} {state}{detail}")
         text = f"pool {self.name} ({self.system}): " + (", ".join(parts) or "no job")
+        if self.oldest_pending is not None and self.oldest_pending >= 60:
+            text += f", the oldest pending for {_duration(self.oldest_pending)}"
         text += f"; target {self.target}"
         if self.adaptive:
             text += f" (adaptive {self.adaptive[0]}-{self.adaptive[1]})"
+        if self.retiring:
+            text += f"; {self.retiring} retiring at the end of their lifetime"
+        if self.evictions:
+            text += f"; {self.evictions} evicted so far"
+        if self.fallback:
+            text += (f"; falls back to {self.fallback} after "
+                     f"{_duration(self.fallback_after or 0)} pending")
         if self.failed:
             text += f"; gave up: {self.failed}"
         return text
+
+
+def _duration(seconds: float) -> str:
+    """``"45 s"``, ``"12 min"``, ``"3.5 h"``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 #: What common exit codes of a worker job mean, and what to do.
@@ -92,12 +123,16 @@ class ManagedPool:
         self.spec = spec
         self.system = system
         self.job = job
+        self._name_prefix = job.name_prefix + "-"
+        self._processes = spec.max_processes
         #: Tracked jobs still in the queue (pending, running, held, being removed).
         self.jobs: dict[str, JobStatus] = {}
         #: The last jobs that ended, newest last (for reports).
         self.ended: deque[JobStatus] = deque(maxlen=50)
         self.target = 0
         self.submit_calls = 0
+        #: Jobs submitted so far (all submissions together).
+        self.submitted = 0
         self.remove_calls = 0
         #: Failures in a row: refused submissions, jobs that ended before their worker came.
         self.failures = 0
@@ -117,9 +152,41 @@ class ManagedPool:
         self.waiters = 0
         #: The task that fails the pool's waiting tasks once it gave up.
         self.giving_up: asyncio.Future | None = None
+        #: Jobs at the end of their lifetime: job id -> when their worker starts draining
+        #: (manager clock). They no longer count toward the target: their replacements do.
+        self.retiring: dict[str, float] = {}
+        #: Evictions and preemptions so far (never failures), the last ones for reports.
+        self.evictions = 0
+        self.evicted: deque[str] = deque(maxlen=20)
+        #: How long the last jobs waited in the queue before they started (seconds).
+        self.queue_waits: deque[float] = deque(maxlen=50)
+        #: How long the last jobs took from their submission to their worker's connection
+        #: (the queue wait and the worker's start-up; seconds).
+        self.arrival_waits: deque[float] = deque(maxlen=50)
+        #: When each job was submitted (until its worker connects) and first seen running
+        #: (its walltime's start), and how many times the system started it, by job id
+        #: (manager clock).
+        self._submitted: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._starts: dict[str, int] = {}
+        #: Jobs whose workers were told to drain; retiring jobs that were evicted (their
+        #: replacements are on the way: they are removed).
+        self._drained: set[str] = set()
+        self._unneeded: set[str] = set()
+        #: When the pool's jobs were last reconciled with its system (manager clock), and
+        #: how many were in each state then.
+        self.refreshed_at = float("-inf")
+        self.state_counts: dict[JobState, int] = {}
+        #: When each running job's worker drains: job id -> (its start, the drain time).
+        self._drain_times: dict[str, tuple[float, float]] = {}
+        self._last_logged: Any = None
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
+        #: Worker name -> its job id here (``None``: not a worker of this pool), as found.
+        self._by_name: dict[str, str | None] = {}
         self._connected: set[str] = set()
+        #: When each job's worker first connected (manager clock).
+        self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
         self.lock = asyncio.Lock()
         #: Held from counting the missing jobs until they are submitted (scale, refill): a
@@ -143,26 +210,62 @@ class ManagedPool:
         return bool(self.submit_calls or self.jobs or self.adopted or self.attempted)
 
     def active(self) -> list[str]:
-        """Ids of the jobs that count toward the target: pending, running or held (as of
-        the last refresh; jobs being removed do not count)."""
-        return [j for j, s in self.jobs.items()
-                if s.state.active and s.state is not JobState.removing]
+        """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
+        jobs being removed are not listed)."""
+        return [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
+
+    def counted(self) -> list[str]:
+        """The :meth:`active` jobs that count toward the target: all but those retiring at
+        the end of their lifetime (their replacements count instead)."""
+        if not self.retiring:
+            return self.active()
+        return [j for j in self.active() if j not in self.retiring]
+
+    def least_needed(self, job_ids: Iterable[str]) -> list[str]:
+        """Jobs without a worker in the order to remove them: held first, then pending,
+        the newest first (the oldest have waited longest and start soonest), then running
+        jobs whose worker has not joined yet (ties by job id: the same order every time)."""
+        rank = {JobState.held: 0, JobState.pending: 1}
+
+        def key(job_id: str) -> tuple[int, float, str]:
+            state = self.jobs[job_id].state if job_id in self.jobs else JobState.pending
+            return rank.get(state, 2), -self._submitted.get(job_id, 0.0), job_id
+
+        return sorted(job_ids, key=key)
+
+    def forget(self, job_id: str) -> None:
+        """Drop what the pool keeps on a job that left the queue."""
+        for record in (self._first_pending, self._submitted, self._started, self._starts,
+                       self.retiring, self.stuck, self._drain_times, self._connected_at):
+            record.pop(job_id, None)
+        self._drained.discard(job_id)
+        self._unneeded.discard(job_id)
 
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
-        prefix = self.job.name_prefix + "-"
-        if not worker_name.startswith(prefix):
-            return None
-        suffix = worker_name[len(prefix):]
-        if self.spec.max_processes > 1 and "-" in suffix and suffix not in self._by_suffix:
-            suffix = suffix.rsplit("-", 1)[0]  # dask worker --nworkers k: NAME-0 .. NAME-k-1
-        return self._by_suffix.get(suffix)
+        try:
+            return self._by_name[worker_name]
+        except KeyError:
+            pass
+        found = None
+        prefix = self._name_prefix
+        if worker_name.startswith(prefix):
+            suffix = worker_name[len(prefix):]
+            if self._processes > 1 and "-" in suffix and suffix not in self._by_suffix:
+                suffix = suffix.rsplit("-", 1)[0]  # --nworkers k: NAME-0 .. NAME-k-1
+            found = self._by_suffix.get(suffix)
+        if len(self._by_name) > 100_000:
+            self._by_name.clear()
+        self._by_name[worker_name] = found
+        return found
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
         for status in statuses:
             self.jobs[status.job_id] = status
             self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
+        # a worker seen before its job was tracked (adopted jobs) is looked up again
+        self._by_name = {n: j for n, j in self._by_name.items() if j is not None}
 
     def staging_path(self) -> Path:
         """The staging directory (a would-be path before the first submission)."""
@@ -200,8 +303,11 @@ class ManagedPool:
             served |= {NOT_GPU, None}
         return served
 
-    def status(self) -> PoolStatus:
-        """Where the pool stands, as of its last refresh (no batch system is asked)."""
+    def status(self, now: float | None = None,
+               fallback: tuple[str, float] | None = None) -> PoolStatus:
+        """Where the pool stands, as of its last refresh (no batch system is asked);
+        ``now`` on the manager's clock, ``fallback`` the pool (and its time) that takes
+        this pool's demand when its jobs wait."""
         counts = {state.value: 0 for state in _SHOWN}
         reasons: dict[str, dict[str, int]] = {}
         for job in self.jobs.values():
@@ -211,17 +317,25 @@ class ManagedPool:
                     by_reason = reasons.setdefault(job.state.value, {})
                     by_reason[job.reason] = by_reason.get(job.reason, 0) + 1
         adaptive = self.adaptive
+        now = time.monotonic() if now is None else now
+        waiting = [now - since for j, since in self._first_pending.items()
+                   if j in self.jobs and self.jobs[j].state is JobState.pending]
         return PoolStatus(
             name=self.name, system=self.system.name, resource=self.resource,
             target=self.target, jobs=counts, reasons=reasons,
             connected=len(self._connected & set(self.jobs)),
             adaptive=None if adaptive is None else (adaptive.minimum, adaptive.maximum),
-            failed=self.failed)
+            failed=self.failed, retiring=sum(1 for j in self.retiring if j in self.jobs),
+            evictions=self.evictions,
+            oldest_pending=round(max(waiting), 1) if waiting else None,
+            fallback=fallback[0] if fallback else None,
+            fallback_after=fallback[1] if fallback else None)
 
     def __repr__(self) -> str:
         failed = f", failed: {self.failed}" if self.failed else ""
         return (f"<Pool {self.name!r} on {self.system.name}: target {self.target}, "
-                f"{len(self.active())} active job(s){failed}>")
+                f"{self.status().summary().split(': ', 1)[1].split('; target')[0]}"
+                f"{failed}>")
 
 
 #: Where the logs of failed jobs are kept after their cluster's staging is gone.

@@ -54,8 +54,44 @@ def _build():
         time.sleep(60)
         return len(block)
 
+    def recorded_work(x: int, seconds: float) -> int:
+        """A plain task that takes ``seconds`` and reports each run of itself to the
+        scheduler (event topic ``hybrid-runs``): a task run twice was recomputed."""
+        import time
+
+        from distributed import get_worker
+
+        worker = get_worker()
+        worker.log_event("hybrid-runs", {"key": str(worker.get_current_task()),
+                                         "worker": str(worker.name)})
+        time.sleep(seconds)
+        return x
+
+    def held_until(name: str, x: int) -> int:
+        """A plain task that runs until the distributed Event ``name`` is set; it reports
+        its start (event topic ``hybrid-held``: ``x``)."""
+        from distributed import Event, get_worker
+
+        get_worker().log_event("hybrid-held", {"x": x})
+        Event(name).wait(timeout=600)
+        return x
+
     return (gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value,
-            hog)
+            hog, recorded_work, held_until)
 
 
-simulate, pack, slow_simulation, square, environment_value, hog = _build()
+(simulate, pack, slow_simulation, square, environment_value, hog, recorded_work,
+ held_until) = _build()
+
+
+def started_held(client) -> set[int]:
+    """The ``x`` of every :func:`held_until` task that has started."""
+    return {message["x"] for _, message in client.get_events("hybrid-held")}
+
+
+def runs_per_key(client) -> dict[str, int]:
+    """How many times each task recorded by :func:`recorded_work` ran."""
+    counts: dict[str, int] = {}
+    for _, message in client.get_events("hybrid-runs"):
+        counts[message["key"]] = counts.get(message["key"], 0) + 1
+    return counts

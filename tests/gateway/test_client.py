@@ -441,3 +441,38 @@ def test_each_kind_of_scheduler_metadata_has_its_own_key() -> None:
 
     assert LIMITS_KEY == LIMITS_METADATA_KEY
     assert len({METADATA_KEY, LIMITS_KEY, POOLS_METADATA_KEY}) == 3
+
+
+def test_an_order_of_preference_on_a_gateway_cluster(htc_gateway, staging) -> None:
+    """``prefer`` on a gateway cluster's batch pools, as on a HybridCluster: a bad order is
+    refused naming the field, with nothing submitted; the demand beyond the preferred pool's
+    maximum goes to the next pool, and both shrink back when the work is done."""
+    from tests.batch._tasks import recorded_work, runs_per_key
+
+    cluster = htc_gateway.new_cluster(pool="local")
+    try:
+        cluster.add_pool("fast", "local", nanny=False)
+        with pytest.raises(ConfigurationError, match="a pool of this cluster") as caught:
+            cluster.prefer(["local", "nowhere"])
+        assert caught.value.field == "prefer.order"
+        assert cluster.jobs() == [] and cluster.pools["local"].submit_calls == 0
+        assert not staging.exists() or not any(staging.iterdir())  # nothing was staged
+        cluster.prefer(["local", "fast"], fallback_after="1 hour")
+        assert cluster.pool_status()["local"].fallback == "fast"
+        cluster.adapt(pool="local", minimum=0, maximum=1, interval="0.3s", wait_count=2)
+        cluster.adapt(pool="fast", minimum=0, maximum=3, interval="0.3s", wait_count=2)
+        with cluster.get_client(set_as_default=False) as client:
+            # three tasks of 20 s (a task's own client cannot reach a gateway scheduler, so
+            # no Event holds them): three jobs, one in the preferred pool
+            futures = client.map(recorded_work, range(3), [20.0] * 3, pure=False)
+            wait_for(lambda: len(runs_per_key(client)) == 3, timeout=120,
+                     message="the three tasks to start")
+            pools = cluster.pools
+            assert (len(pools["local"].active()), len(pools["fast"].active())) == (1, 2)
+            assert sorted(client.gather(futures)) == [0, 1, 2]
+            del futures
+            wait_for(lambda: not pools["local"].active() and not pools["fast"].active(),
+                     timeout=90, message="both pools to shrink back to nothing")
+            assert pools["local"].submit_calls == 1 and pools["fast"].submit_calls == 1
+    finally:
+        cluster.shutdown()

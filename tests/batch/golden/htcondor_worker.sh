@@ -66,9 +66,9 @@ fi
 hybrid_worker=
 trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; hybrid_mps_stop; exit 143' TERM INT
 if [ -n "$hybrid_mps" ]; then
-/opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 8 --memory-limit 17179869184 --resources 'GPU=8 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
+/opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 8 --memory-limit 17179869184 --resources 'GPU=8 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --lifetime 21480s --lifetime-stagger 0s --name demo-gpu-"$hybrid_suffix" &
 else
-/opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 1 --memory-limit 17179869184 --resources 'GPU=1 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
+/opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 1 --memory-limit 17179869184 --resources 'GPU=1 notGPU=0' --tls-ca-file ca.pem --tls-cert cert.pem --tls-key key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --lifetime 21480s --lifetime-stagger 0s --name demo-gpu-"$hybrid_suffix" &
 fi
 hybrid_worker=$!
 # No nanny watches this worker's memory: this does what a nanny would (Dask's

@@ -75,9 +75,9 @@ fi
 hybrid_worker=
 trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; hybrid_mps_stop; exit 143' TERM INT
 if [ -n "$hybrid_mps" ]; then
-/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 1 --nworkers 16 --memory-limit 1073741824 --resources 'GPU=1 notGPU=0' --nanny --no-dashboard --worker-port 10000:10070 --nanny-port 10071:10140 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
+/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 1 --nworkers 16 --memory-limit 1073741824 --resources 'GPU=1 notGPU=0' --nanny --no-dashboard --worker-port 10000:10070 --nanny-port 10071:10140 --death-timeout 60 --lifetime 23340s --lifetime-stagger 0s --name demo-gpu-"$hybrid_suffix" &
 else
-/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 1 --nworkers 2 --memory-limit 8589934592 --resources 'GPU=1 notGPU=0' --nanny --no-dashboard --worker-port 10000:10070 --nanny-port 10071:10140 --death-timeout 60 --name demo-gpu-"$hybrid_suffix" &
+/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 1 --nworkers 2 --memory-limit 8589934592 --resources 'GPU=1 notGPU=0' --nanny --no-dashboard --worker-port 10000:10070 --nanny-port 10071:10140 --death-timeout 60 --lifetime 23340s --lifetime-stagger 0s --name demo-gpu-"$hybrid_suffix" &
 fi
 hybrid_worker=$!
 wait "$hybrid_worker"

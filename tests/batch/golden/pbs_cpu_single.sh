@@ -21,7 +21,7 @@ export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
 # (hybrid retires workers through the scheduler before it removes their jobs).
 hybrid_worker=
 trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; exit 143' TERM INT
-/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 2 --memory-limit 4294967296 --resources 'GPU=0 notGPU=2' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --name demo-cpu-"$hybrid_suffix" &
+/opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 2 --memory-limit 4294967296 --resources 'GPU=0 notGPU=2' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --lifetime 5340s --lifetime-stagger 0s --name demo-cpu-"$hybrid_suffix" &
 hybrid_worker=$!
 # No nanny watches this worker's memory: this does what a nanny would (Dask's
 # distributed.worker.memory.terminate): past 3984588 KiB resident (the worker's

@@ -1,0 +1,195 @@
+"""Reading each refresh of a pool: starts, queue waits, evictions, long waits, the log.
+
+The part of :class:`~hybrid.manager.PoolManager` that interprets how a pool's jobs changed
+between two refreshes: when a job started (its walltime runs from then) and how long it
+waited; a job that ran and waits in the queue again, or that the system started again
+between two looks, was evicted (HTCondor vacate, Slurm requeue or preemption): that is
+reported as such and is never a failure; jobs pending longer than
+``hybrid.batch.stuck-timeout`` are reported together with the batch system's reasons; and
+every change of a pool's jobs by state is one readable INFO line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from dask.utils import parse_timedelta
+
+from hybrid import config
+from hybrid.batch import JobState, JobStatus
+from hybrid.errors import BatchError
+from hybrid.manager.pool import ManagedPool, short_ids
+
+logger = logging.getLogger("hybrid")
+
+#: What each system calls an eviction, for the log.
+_EVICTION_WORDS = {"htcondor": "vacated (evicted)", "slurm": "requeued or preempted",
+                   "kubernetes": "evicted"}
+
+
+class JobWatch:
+    """Interpreting a pool's refreshed jobs, and listing what the systems hold, for the pool
+    manager (uses its ``cluster``, ``clock``, ``pools``, ``call`` and ``preferences``)."""
+
+    cluster: str
+    clock: Callable[[], float]
+    pools: dict[str, ManagedPool]
+    call: Callable[..., Awaitable[Any]]
+    pool: Callable[[str | None], ManagedPool]
+
+    async def adopt(self, names: Iterable[str] | None = None) -> None:
+        """Track the cluster's jobs the batch systems list (submitted by any process), for
+        the pools ``names`` (default: all)."""
+        for pool in self.pools.values():
+            if names is not None and pool.name not in names:
+                continue
+            pool.adopted = True
+            try:
+                statuses = await self.call(pool.system.query, cluster=self.cluster)
+            except (BatchError, OSError) as error:
+                logger.warning("pool %s: cannot list the cluster's jobs on %s (%s); `hybrid "
+                               "status --system %s --cluster %s` lists them", pool.name,
+                               pool.system.name, error, pool.system.name, self.cluster)
+                continue
+            pool.track(s for s in statuses if s.pool == pool.name and s.state.active)
+            now = self.clock()
+            for status in statuses:  # their walltime runs from about now: a lower bound
+                if status.pool == pool.name and status.state is JobState.running:
+                    pool._started.setdefault(status.job_id, now)
+            pool.target = len(pool.counted())
+
+    async def jobs(self, pool: str | None = None) -> list[JobStatus]:
+        """The jobs of ``pool`` (or of every pool) in the queue, as the systems list them now
+        (also jobs another process submitted); pools that never submitted are not asked."""
+        pools = [self.pool(pool)] if pool is not None else list(self.pools.values())
+        found: dict[tuple[str, str], JobStatus] = {}
+        for target in pools:
+            if not target.used:
+                continue
+            for status in await self.call(target.system.query, cluster=self.cluster):
+                if status.state.active and status.pool == target.name:
+                    found[(target.system.name, status.job_id)] = status
+        return list(found.values())
+
+    @staticmethod
+    def poll_interval() -> float:
+        """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
+        return parse_timedelta(config.get("batch.poll-interval", "2s"))
+
+    @staticmethod
+    def stuck_after() -> float:
+        """Seconds a job may wait in the queue before it is reported
+        (``hybrid.batch.stuck-timeout``)."""
+        return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
+
+    def _observe(self, pool: ManagedPool, old: JobStatus, new: JobStatus, now: float) -> None:
+        """Note what changed for a job still in the queue (``old``: as last seen)."""
+        job_id = new.job_id
+        was_started = job_id in pool._started
+        previous_starts = pool._starts.get(job_id)
+        if new.starts is not None:
+            pool._starts[job_id] = new.starts
+        if new.state is JobState.running:
+            pool._first_pending.pop(job_id, None)
+            if not was_started:
+                pool._started[job_id] = now
+                submitted = pool._submitted.get(job_id)  # kept until its worker connects
+                if submitted is not None:  # its first start: how long the queue made it wait
+                    pool.queue_waits.append(now - submitted)
+            elif (new.starts is not None and previous_starts is not None
+                  and new.starts > previous_starts):
+                self._evicted(pool, new, restarted=True)  # between two looks
+                pool._started[job_id] = now  # a new run: its walltime starts again
+            return
+        if new.state is JobState.pending:
+            if was_started:  # it ran and waits again
+                del pool._started[job_id]
+                self._evicted(pool, new)
+            elif (new.starts is not None and previous_starts is not None
+                  and new.starts > previous_starts):  # it ran between two looks
+                self._evicted(pool, new)
+            pool._first_pending.setdefault(job_id, now)
+            return
+        pool._first_pending.pop(job_id, None)
+
+    def _evicted(self, pool: ManagedPool, status: JobStatus, *, restarted: bool = False,
+                 left: bool = False) -> None:
+        """A job the batch system evicted: counted and reported, never a failure."""
+        pool.evictions += 1
+        pool.evicted.append(status.job_id)
+        replaced = status.job_id in pool.retiring
+        if replaced and not left:  # its replacement is on its way: it is not needed again
+            pool._unneeded.add(status.job_id)
+        else:
+            pool.retiring.pop(status.job_id, None)
+        pool._drained.discard(status.job_id)
+        how = _EVICTION_WORDS.get(pool.system.name, "evicted")
+        why = f" ({status.reason})" if status.reason else ""
+        if left:
+            then = ("it left the queue; the pool submits a replacement" if pool.adaptive is None
+                    else "it left the queue; adaptivity replaces it while the demand lasts")
+        elif replaced:
+            then = "its replacement is already on its way, so it is removed"
+        elif restarted:
+            then = "it has already started again"
+        else:
+            then = "it waits in the queue to start again and counts toward the target"
+        logger.warning(
+            "pool %s: job %s was %s by %s%s; %s. The tasks its worker was running are rerun "
+            "elsewhere. Not a failure (%d eviction(s) in this pool so far).", pool.name,
+            status.job_id, how, pool.system.name, why, then, pool.evictions)
+
+    def _ended_with_worker(self, pool: ManagedPool, status: JobStatus) -> None:
+        """A job whose worker had joined ended by failing (a walltime, a signal)."""
+        hint = ""
+        if status.reason and "TIMEOUT" in status.reason.upper():
+            hint = (" It reached its walltime: a pool lifetime shorter than the walltime "
+                    "retires workers before it, with their results moved.")
+        logger.warning("pool %s: job %s ended (%s) while its worker was in the cluster; its "
+                       "running tasks are rerun elsewhere.%s", pool.name, status.job_id,
+                       status.reason or status.state.value, hint)
+
+    def _report_pending(self, pool: ManagedPool, now: float) -> None:
+        """One warning for the jobs that newly waited longer than the stuck timeout (or
+        whose reason arrived since), with the batch system's reasons."""
+        if not pool._first_pending:
+            return
+        limit = self.stuck_after()
+        new: list[JobStatus] = []
+        for job_id, since in pool._first_pending.items():
+            status = pool.jobs.get(job_id)
+            if status is None or status.state is not JobState.pending or now - since < limit:
+                continue
+            known = pool.stuck.get(job_id, "unreported")
+            if known == "unreported" or (known is None and status.reason):
+                pool.stuck[job_id] = status.reason
+                new.append(status)
+        if not new:
+            return
+        reasons = Counter(s.reason or "no reason given by the batch system yet" for s in new)
+        fallback = self.preferences.fallback_of(pool.name)  # type: ignore[attr-defined]
+        then = (f"; pool {fallback[0]} takes the demand they do not meet" if fallback
+                else "")
+        logger.warning(
+            "pool %s: %d job(s) queued for more than %.0f s (%s): %s. They count toward the "
+            "target and are not resubmitted%s. `hybrid status --system %s --cluster %s` "
+            "shows the queue.", pool.name, len(new), limit,
+            ", ".join(f"{r}: {n}" for r, n in reasons.most_common()),
+            short_ids([s.job_id for s in new]), then, pool.system.name, self.cluster)
+
+    def _log_change(self, pool: ManagedPool) -> None:
+        """One INFO line whenever the pool's jobs by state (or its reasons) changed."""
+        states = Counter((s.state, s.reason) for s in pool.jobs.values())
+        by_state: Counter = Counter()
+        for (state, _), count in states.items():
+            by_state[state] += count
+        pool.state_counts = dict(by_state)
+        key = (frozenset(states.items()), pool.target, len(pool.retiring), pool.evictions,
+               pool.failed)
+        if key != pool._last_logged:
+            pool._last_logged = key
+            if logger.isEnabledFor(logging.INFO):
+                logger.info("%s", pool.status(self.clock()).summary())

@@ -1,0 +1,259 @@
+"""The busy-facility rules on local pools (no batch system needed): lifetimes that drain and
+replace workers without recomputing a task, adaptivity that never retires the only holder of
+a result, orders of preference (with GPU/CPU routing) and their bad input, lifetime bad
+input.
+
+The same rules on the real HTCondor pool and Slurm are in tests/batch/test_busy_pools.py; at
+10,000 jobs in the batch-queue simulator in tests/simulator.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import dask
+import pytest
+from distributed import Event
+
+from hybrid import HybridCluster
+from hybrid.errors import ConfigurationError
+from hybrid.manager.preference import Capacity, shares
+from hybrid.pools import PoolSpec
+from tests.batch._tasks import held_until, recorded_work, runs_per_key, square, started_held
+from tests.batch.test_real_pools import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_workers_drain_at_their_lifetime_and_are_replaced_without_a_recomputed_task(
+        staging, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="hybrid")
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False, lifetime="6s",
+                                lifetime_stagger=0)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=60, progress=False)
+        with cluster.get_client() as client:
+            # about 12 s of work on two workers: each reaches its lifetime at least once
+            futures = client.map(recorded_work, range(48), [0.5] * 48, pure=False)
+            total = client.submit(sum, futures)  # every result is needed at the end
+            assert total.result(timeout=180) == sum(range(48))
+            runs = runs_per_key(client)
+        assert len(runs) == 48 and set(runs.values()) == {1}, runs  # none ran twice
+        drained = [s for s in pool.ended if s.reason != "removed by hybrid"]
+        assert len(drained) >= 2  # jobs left at the end of their lifetime...
+        assert {s.state.value for s in drained} == {"finished"}  # ...by retiring, no kill
+        assert len(pool.ended) + len(pool.active()) > 2  # ...and were replaced
+        assert pool.failures == 0 and pool.failed is None
+    text = caplog.text
+    assert "reach the end of their lifetime" in text and "their replacements go out" in text
+    assert "take no new task, finish their running ones" in text
+
+
+def test_replacements_go_out_ahead_by_the_time_a_worker_takes_to_arrive(staging) -> None:
+    """The lead of a replacement is the queue wait AND the worker's start-up: a worker that
+    takes seconds to start after its job started (a slow prologue, a loaded node) gets its
+    replacement that much earlier. (Measured on the busy CI Slurm: with the queue wait alone,
+    replacements arrived after their predecessors' deadline and results were lost.)"""
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False, lifetime="1 minute",
+                                job_script_prologue=["sleep 4"], python=sys.executable)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=60, progress=False)
+        assert len(pool.arrival_waits) == 2 and min(pool.arrival_waits) >= 4
+        # the queue made nobody wait; the workers took their prologue's 4 s and more
+        assert max(pool.queue_waits, default=0) < 4
+        assert 4 < cluster.manager.replacement_lead(pool) <= 30  # at most half the lifetime
+
+
+def test_a_job_whose_worker_arrives_before_a_query_saw_it_start_gets_its_lifetime(
+        staging) -> None:
+    """A worker that connects before any query saw its job running (a fast start, a slow
+    poll): the job runs from then on and its lifetime counts from then, so it is drained and
+    replaced like any other (with no start noted it would run into its walltime)."""
+    with dask.config.set({"hybrid.batch.poll-interval": "10 minutes"}), \
+            HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False, lifetime="1 minute")
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=60, progress=False)
+        [job_id] = pool.jobs
+        assert pool.jobs[job_id].state.value == "running"
+        assert job_id in pool._started and pool.queue_waits  # its start is noted
+        drain = cluster.manager.drain_at(pool, job_id)
+        stagger = pool.spec.lifetime_stagger_seconds()
+        assert drain is not None and 0 < drain - cluster.manager.clock() <= 60 + stagger
+        assert pool.evictions == 0
+
+
+def test_adaptivity_never_retires_the_only_worker_holding_results(staging) -> None:
+    with HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False)
+        adaptive = cluster.adapt(pool="cpu", minimum=0, maximum=2, interval="0.3s",
+                                 wait_count=2)
+        with cluster.get_client() as client:
+            futures = client.map(square, range(40), pure=False)
+            assert client.gather(futures) == [x * x for x in range(40)]
+            # no demand now, but the results live on the workers: one may go (its results
+            # move to the other), the last one stays while the client holds them
+            steps = adaptive.steps
+            wait_for(lambda: adaptive.steps >= steps + 8, 60, "eight more adaptive steps")
+            assert len(cluster.connected_workers()) == 1
+            assert client.gather(futures) == [x * x for x in range(40)]
+            del futures
+            wait_for(lambda: not pool.active(), 60, "the last job to go once the results are "
+                                                   "released")
+        assert adaptive.errors == []
+
+
+def test_orders_of_preference_and_their_bad_input_submit_nothing(staging) -> None:
+    with HybridCluster() as cluster:
+        for name in ("a", "b", "c"):
+            cluster.add_pool(name, "local", nanny=False)
+        cluster.add_pool("g", "local", gpus=1, nanny=False)
+        bad = [
+            (("a",), {}, "prefer.order", "two or more"),
+            ((["a"],), {}, "prefer.order", "two or more"),
+            ((["a", "zz"],), {}, "prefer.order", "a pool of this cluster"),
+            ((["a", "b", "a"],), {}, "prefer.order", "comes back"),
+            ((["a", "g"],), {}, "prefer.order", "serve the same tasks"),
+            ((["a", "b"],), {"fallback_after": -1}, "prefer.fallback_after", "duration"),
+            ((["a", "b"],), {"fallback_after": "soon"}, "prefer.fallback_after", "duration"),
+            ((["a", "b"],), {"fallback_after": "3 weeks"}, "prefer.fallback_after",
+             "at most 7 days"),
+        ]
+        for args, kwargs, field, words in bad:
+            with pytest.raises(ConfigurationError, match=words) as caught:
+                cluster.prefer(*args, **kwargs)
+            assert caught.value.field == field, (args, kwargs, caught.value)
+        cluster.prefer(["a", "b"], fallback_after="10 minutes")
+        with pytest.raises(ConfigurationError, match=r"cycle: .*b -> a -> b|a -> b -> a"):
+            cluster.prefer(["b", "a"])
+        with pytest.raises(ConfigurationError, match="take the demand of a and c"):
+            cluster.prefer(["c", "b"])
+        status = cluster.pool_status()  # the good order stands, unchanged by the refusals
+        assert (status["a"].fallback, status["a"].fallback_after) == ("b", 600)
+        assert status["b"].fallback is None
+        assert "falls back to b after 10 min pending" in status["a"].summary()
+        cluster.prefer(["b", "c"])  # extends the order: a -> b -> c
+        assert cluster.manager.preferences.order_of("c") == ["a", "b", "c"]
+        cluster.prefer(None)
+        assert cluster.pool_status()["a"].fallback is None
+        assert all(p.submit_calls == 0 and not p.used for p in cluster.pools.values())
+    assert not any(staging.glob("*"))
+
+
+def test_an_order_of_gpu_pools_spills_at_its_cap_and_cpu_tasks_keep_their_pool(
+        staging) -> None:
+    """Preference with annotated routing: the GPU tasks' demand goes to the preferred GPU
+    pool up to its maximum and the rest to the next GPU pool; the CPU tasks grow the CPU pool
+    only, and no task runs on a pool of the other resource."""
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pools = {name: cluster.add_pool(name, "local", nanny=False, **options)
+                 for name, options in (("gpu-a", {"gpus": 1}), ("gpu-b", {"gpus": 1}),
+                                       ("cpu", {}))}
+        cluster.prefer(["gpu-a", "gpu-b"], fallback_after="10 minutes")
+        adaptives = {name: cluster.adapt(pool=name, minimum=0, maximum=maximum,
+                                         interval="0.3s", wait_count=2)
+                     for name, maximum in (("gpu-a", 1), ("gpu-b", 4), ("cpu", 4))}
+        with cluster.get_client() as client:
+            release = Event(f"release-{cluster.name}", client=client)
+            gpu = [client.submit(held_until, release.name, i, gpu_task=True, pure=False)
+                   for i in range(3)]
+            cpu = [client.submit(held_until, release.name, 10 + i, pure=False)
+                   for i in range(2)]
+            wait_for(lambda: len(started_held(client)) == 5, 120, "all five tasks to start")
+            # gpu-a is capped at one job: the other two GPU tasks spill over to gpu-b
+            assert {name: len(pool.active()) for name, pool in pools.items()} == {
+                "gpu-a": 1, "gpu-b": 2, "cpu": 2}
+            assert cluster.pool_status()["gpu-a"].fallback == "gpu-b"
+            names = {addr: info["name"] for addr, info
+                     in client.scheduler_info()["workers"].items()}
+            on = {}
+            for addr, keys in client.processing().items():
+                for key in keys:
+                    on[key] = names[addr]
+            gpu_workers = (set(cluster.connected_workers("gpu-a"))
+                           | set(cluster.connected_workers("gpu-b")))
+            assert {on[f.key] for f in gpu} <= gpu_workers
+            assert {on[f.key] for f in cpu} <= set(cluster.connected_workers("cpu"))
+            # more steps submit nothing more: every pool's jobs meet its share
+            steps = adaptives["gpu-b"].steps
+            wait_for(lambda: adaptives["gpu-b"].steps >= steps + 5, 60, "five more steps")
+            assert [p.submit_calls for p in pools.values()] == [1, 1, 1]
+            release.set()
+            assert sorted(client.gather(gpu + cpu)) == [0, 1, 2, 10, 11]
+            del gpu, cpu
+            wait_for(lambda: not any(p.active() for p in pools.values()), 90,
+                     "every pool to shrink back to nothing")
+        assert all(a.errors == [] for a in adaptives.values())
+
+
+def test_shares_split_the_demand_along_an_order() -> None:
+    def cap(name, maximum, plan=0, stale=0, per_job=1, adaptive=True):
+        return Capacity(name, per_job, maximum, plan, stale, adaptive)
+
+    # nothing submitted yet: the preferred pool takes what its maximum allows, at once
+    assert shares(10, [cap("slow", 8), cap("fast", 4)]) == {"slow": 8, "fast": 2}
+    # its 8 jobs pend past the fallback time: the next pool takes their part, they stay
+    assert shares(10, [cap("slow", 8, plan=8, stale=8), cap("fast", 4)]) == {
+        "slow": 8, "fast": 4}
+    # its workers arrived: the next pool shrinks back
+    assert shares(10, [cap("slow", 8, plan=8), cap("fast", 4, plan=4)]) == {
+        "slow": 8, "fast": 2}
+    assert shares(6, [cap("slow", 8, plan=8), cap("fast", 4, plan=4)]) == {
+        "slow": 6, "fast": 0}
+    # jobs of several threads; a fixed pool keeps its target and covers what it can
+    assert shares(10, [cap("big", 2, per_job=4), cap("small", 8)]) == {"big": 2, "small": 2}
+    assert shares(3, [cap("fixed", 0, plan=2, adaptive=False), cap("k8s", 4)]) == {
+        "fixed": 2, "k8s": 1}
+    assert shares(0, [cap("slow", 8, plan=3), cap("fast", 4)]) == {"slow": 0, "fast": 0}
+
+
+@pytest.mark.parametrize("options, field, words", [
+    ({"walltime": "01:00", "lifetime": "2h"}, "lifetime", "leaves at least 10 s"),
+    ({"walltime": "01:00", "lifetime": "59 minutes", "lifetime_stagger": "1 minute"},
+     "lifetime", "leaves at least 10 s"),
+    ({"walltime": "01:00", "lifetime_stagger": "40 minutes"}, "lifetime_stagger",
+     "leaves at least 10 s"),
+    ({"lifetime": "1h", "lifetime_stagger": "2h"}, "lifetime_stagger",
+     "less than the lifetime"),
+    ({"lifetime": "soon"}, "lifetime", "duration"),
+    ({"lifetime": "1h", "lifetime_stagger": -5}, "lifetime_stagger", "duration"),
+    ({"walltime": "01:00", "lifetime_restart": True, "nanny": True}, "lifetime_restart",
+     "no walltime"),
+    ({"lifetime": "1h", "lifetime_restart": True, "nanny": False}, "lifetime_restart",
+     "a nanny"),
+    ({"lifetime_restart": True, "nanny": True}, "lifetime_restart", "a lifetime"),
+    ({"lifetime": "1h", "worker_extra_args": ["--lifetime", "2h"]}, "lifetime",
+     "no lifetime when worker_extra_args give --lifetime"),
+])
+def test_lifetime_bad_input_names_the_field_and_submits_nothing(options, field, words,
+                                                                staging) -> None:
+    with pytest.raises(ConfigurationError, match=words) as caught:
+        PoolSpec.build("cpu", "slurm", **options)
+    assert caught.value.field == f"add_pool('cpu').{field}"
+    with HybridCluster() as cluster:
+        with pytest.raises(ConfigurationError, match=words):
+            cluster.add_pool("cpu", "slurm", **options)
+        assert cluster.pools == {}
+    assert not any(staging.glob("*"))
+
+
+def test_a_walltime_gives_workers_a_lifetime_and_a_deadline_before_it() -> None:
+    spec = PoolSpec.build("cpu", "slurm", walltime="01:00")
+    # auto: a tenth of the walltime (6 min) before it, spread by a quarter of that margin
+    assert spec.lifetime_seconds() == 3240 and spec.lifetime_stagger_seconds() == 90
+    assert spec.worker_deadline_seconds() == 3540  # distributed's own --lifetime: the net
+    assert spec.to_dict()["lifetime"] == "auto"
+    assert PoolSpec.from_dict(spec.to_dict()) == spec
+    with HybridCluster(scheduler_address=None) as cluster:
+        script = cluster.add_pool("cpu", "slurm", walltime="01:00").job_script()
+    assert "--lifetime 3540s --lifetime-stagger 0s" in script
+    assert PoolSpec.build("cpu", "slurm").lifetime_seconds() is None  # no walltime
+    off = PoolSpec.build("cpu", "slurm", walltime="01:00", lifetime="off")
+    assert off.lifetime_seconds() is None and off.worker_deadline_seconds() is None
+    own = PoolSpec.build("cpu", "slurm", walltime="01:00", worker_extra_args=["--lifetime",
+                                                                             "50m"])
+    assert own.lifetime_seconds() is None  # distributed's own lifetime, as the user asked
+    assert PoolSpec.build("cpu", "slurm", walltime="00:01").lifetime_seconds() == 30

@@ -1,0 +1,73 @@
+"""The busy-facility scenarios of the batch-queue SIMULATOR (benchmarks/queue_simulator.py),
+small, in the quick tier: hybrid's own pool manager and adaptivity, driven in simulated time
+on simulated queues, keep their promises at sizes the CI pools cannot hold.
+
+The simulator is a test double of a whole facility (queues, workers, a scheduler), named
+as such; the same rules are tested on the real pools in tests/batch/test_busy_pools.py. The
+numbers at full size are the benchmark's (``python -m benchmarks --only busy-sim``); no
+wall time is judged here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import busy_scenarios as scenarios
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_a_busy_queue_gets_the_whole_demand_in_one_submission_and_never_more() -> None:
+    ours = scenarios.over_submission("hybrid", scale=0.25)
+    assert ours["first_submission"] == ours["maximum"]  # no job per queue wait
+    assert ours["submit_calls"] == 1 and ours["ratio"] <= 1.1
+    assert ours["most_queued"] <= ours["maximum"]  # pending jobs counted as workers
+    assert ours["makespan_s"] is not None and ours["recomputed"] == 0
+    model = scenarios.over_submission("dask-jobqueue model", scale=0.25)
+    assert model["submit_calls"] == model["jobs"]  # the model submits one job at a time
+    assert model["makespan_s"] is not None
+
+
+def test_walltimes_end_but_no_task_is_recomputed() -> None:
+    ours = scenarios.walltime("hybrid", scale=0.25)
+    assert ours["makespan_s"] is not None
+    assert ours["walltime_kills"] == 0 and ours["recomputed"] == 0, ours["recompute_causes"]
+    assert ours["jobs"] > 8  # replaced again and again over eight walltimes
+    # without a lifetime the walltime kills the same pool's workers, and work is lost
+    bare = scenarios.walltime("hybrid, no lifetime", scale=0.25)
+    assert bare["walltime_kills"] > 0 and bare["recomputed"] > 0
+
+
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeued", "preempted"])
+def test_every_eviction_is_seen_as_one_and_none_is_a_failure(requeue) -> None:
+    found = scenarios.evictions(requeue=requeue, scale=0.25)
+    assert found["evictions"] > 10 and found["seen"] == found["evictions"]
+    assert found["failures"] == 0 and found["gave_up"] is None
+    assert found["makespan_s"] is not None  # the pool refilled and the work finished
+
+
+def test_a_fast_capped_pool_takes_the_demand_a_waiting_pool_does_not_meet() -> None:
+    alone = scenarios.fallback(with_fallback=False, scale=0.25)
+    both = scenarios.fallback(with_fallback=True, scale=0.25)
+    assert both["makespan_s"] < 0.8 * alone["makespan_s"]
+    assert both["slow_jobs"] == alone["slow_jobs"]  # the preferred pool keeps its jobs
+    assert both["fast_peak"] > 0
+    # once the preferred pool's workers arrived the fast pool shrank back to nothing,
+    # with work still left for the preferred pool's workers
+    assert both["fast_gone_with_work_left_s"] is not None
+
+
+def test_a_facility_day_keeps_every_promise_and_repeats_exactly() -> None:
+    first = scenarios.facility(scale=0.05)
+    assert first["failures"] == 0 and first["gave_up"] == []
+    assert first["seen"] == first["evictions"] > 0
+    for pool, most in first["most_counted"].items():
+        # never more than maximum jobs count toward a pool; beyond them only the jobs at
+        # the end of their lifetime, while their replacements come
+        assert most <= first["maximum"][pool], (pool, first)
+    assert first["finished_bursts"] >= first["bursts"] - 2  # the last may still run
+    again = scenarios.facility(scale=0.05)
+    timing = ("decisions", "decisions_cpu", "model_decisions", "model_decisions_cpu",
+              "wall_s")
+    assert {k: v for k, v in first.items() if k not in timing} == {
+        k: v for k, v in again.items() if k not in timing}
