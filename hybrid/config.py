@@ -44,7 +44,7 @@ def get(key: str, default: Any = _missing) -> Any:
     if kind is None:
         return value
     try:  # the same value is checked once (the pool manager reads some every poll)
-        return _checked[(key, value)]
+        return _checked[(key, type(value), value)]
     except (KeyError, TypeError):
         pass
     from hybrid.fields import validate_value
@@ -53,14 +53,15 @@ def get(key: str, default: Any = _missing) -> Any:
     result = value if checked == value else checked
     try:
         if len(_checked) < 256:
-            _checked[(key, value)] = result
+            _checked[(key, type(value), value)] = result
     except TypeError:  # an unhashable value (a list): checked every time
         pass
     return result
 
 
-#: Checked values of settings, by (key, value as configured).
-_checked: dict[tuple[str, Any], Any] = {}
+#: Checked values of settings, by (key, type, value as configured): the type too, as
+#: ``True == 1 == 1.0`` and one may be valid where the other is not.
+_checked: dict[tuple[str, type, Any], Any] = {}
 
 
 def _duration(value: Any) -> Any:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from hybrid import config
+from hybrid.errors import ConfigurationError
 
 pytestmark = pytest.mark.packaged_config
 
@@ -151,3 +152,18 @@ def test_every_packaged_key_is_documented_where_it_is_declared():
     assert [key for key, _, doc in rows if not doc] == []
     text = (config.DEFAULTS_FILE.parents[1] / "docs" / "configuration.md").read_text()
     assert "{hybrid-config}" in text
+
+
+def test_a_checked_value_is_not_taken_for_an_equal_one_of_another_type():
+    """``True == 1`` and ``1.0 == 1``: the check of one is not the check of the other (the
+    second read of a setting used to answer from the first's check)."""
+    with dask.config.set({"hybrid.annotator.feed-priority": 1}):
+        assert config.get("annotator.feed-priority") == 1
+    with dask.config.set({"hybrid.annotator.feed-priority": True}):
+        with pytest.raises(ConfigurationError, match="feed-priority"):
+            config.get("annotator.feed-priority")
+    with dask.config.set({"hybrid.scheduler.tls": True}):
+        assert config.get("scheduler.tls") is True
+    with dask.config.set({"hybrid.scheduler.tls": 1}):
+        with pytest.raises(ConfigurationError, match=r"scheduler\.tls"):
+            config.get("scheduler.tls")
