@@ -60,6 +60,16 @@ def doubles(tmp_path, monkeypatch) -> Iterator[None]:
                 os.killpg(pid, signal.SIGKILL)
 
 
+def use_pool(kind: str, request) -> None:
+    """The real pool of ``kind``, or the PBS and LSF doubles: only for those, as their
+    ``qsub``/``qstat`` on PATH would stand in for Grid Engine's own."""
+    if kind in ("pbs", "lsf"):
+        request.getfixturevalue("doubles")
+    elif kind in ("slurm", "htcondor", "sge"):
+        request.getfixturevalue({"slurm": "slurm_cluster", "htcondor": "htcondor_pool",
+                                 "sge": "sge_cell"}[kind])
+
+
 def options(kind: str) -> dict:
     """Pool options a job of ``kind`` needs here."""
     if kind in ("slurm", "pbs", "lsf", "sge"):
@@ -73,10 +83,8 @@ def options(kind: str) -> dict:
     pytest.param("htcondor", marks=pytest.mark.htcondor),
     pytest.param("sge", marks=pytest.mark.sge),
 ])
-def test_restart_without_a_nanny_refills_the_pool(kind, request, staging, doubles) -> None:
-    if kind in ("slurm", "htcondor", "sge"):
-        request.getfixturevalue({"slurm": "slurm_cluster", "htcondor": "htcondor_pool",
-                                 "sge": "sge_cell"}[kind])
+def test_restart_without_a_nanny_refills_the_pool(kind, request, staging) -> None:
+    use_pool(kind, request)
     with dask.config.set(QUICK), HybridCluster() as cluster:
         cluster.add_pool("w", kind, nanny=False, **options(kind))
         check_restarts(cluster, "w", nanny=False)
@@ -97,10 +105,9 @@ def test_restart_with_a_nanny_restarts_inside_the_jobs(kind, request, staging) -
 @pytest.mark.parametrize("kind", ["local", "lsf", pytest.param("slurm", marks=pytest.mark.slurm),
                                   pytest.param("sge", marks=pytest.mark.sge)])
 def test_a_worker_over_its_memory_limit_is_killed_and_replaced(kind, nanny, request,
-                                                               staging, doubles) -> None:
+                                                               staging) -> None:
     """(The LSF double runs job scripts with /bin/sh, as some sites do: the watch is POSIX.)"""
-    if kind in ("slurm", "sge"):
-        request.getfixturevalue({"slurm": "slurm_cluster", "sge": "sge_cell"}[kind])
+    use_pool(kind, request)
     settings = {**QUICK, "distributed.scheduler.allowed-failures": 0}
     with dask.config.set(settings), HybridCluster() as cluster:
         cluster.add_pool("w", kind, nanny=nanny, memory="400 MiB", **options(kind))
