@@ -182,6 +182,17 @@ def _scheduler() -> Any:
                 signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
 
 
+def _fallback_after() -> Any:
+    """How long a preferred pool's job may pend before the next pool takes its demand."""
+    from hybrid import HybridCluster
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("first", "local")
+        cluster.add_pool("then", "local")
+        cluster.prefer(["first", "then"])
+        return cluster._manager().preferences.fallback_of("first")
+
+
 def _distributed_says() -> Any:
     """Whether distributed's INFO lines reach a script's terminal while a cluster runs (a
     fresh process: distributed sets up its console handler there, pytest does not)."""
@@ -291,6 +302,10 @@ def effects(tmp: Path) -> dict[str, tuple[Any, Callable[[], Any]]]:
         "hybrid.batch.htcondor.job-max-vacate-time": (
             "7s", _settings("htcondor", "job_max_vacate_time")),
         "hybrid.batch.htcondor.walltime": ("01:23", _spec_field("htcondor", "walltime")),
+        "hybrid.batch.htcondor.job-files": ("shared", _settings("htcondor", "job_files")),
+        "hybrid.batch.htcondor.shared-directories": (
+            [str(tmp)], _settings("htcondor", "shared_directories")),
+        "hybrid.adaptive.fallback-after": ("17 minutes", _fallback_after),
         "hybrid.batch.kubernetes.volumes": (
             [{"kind": "empty_dir", "name": "scratch", "mount_path": "/scratch"}],
             _settings("kubernetes", "volumes")),
