@@ -211,19 +211,29 @@ DIRECTIVES: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def expected_argv(job: WorkerJob, values: dict[str, Any], job_id: str) -> list[str]:
-    """What the stand-in worker must receive: the worker command after its program, and
-    the name the job derives from its id."""
-    words = worker_command(job.spec, job.connection, None).argv()[1:]
+def listen_words(batch: Any, job: WorkerJob, staging: Path) -> list[str]:
+    """What a system adds after the user's worker arguments (the local system: where its
+    workers listen, as their scheduler does)."""
+    given = worker_command(job.spec, job.connection, None).arguments
+    return list(batch.context(job, staging, COUNT)["worker"].arguments[len(given):])
+
+
+def expected_argv(job: WorkerJob, values: dict[str, Any], job_id: str,
+                  added: list[str] = ()) -> list[str]:
+    """What the stand-in worker must receive: the worker command after its program (with
+    what the system ``added``), and the name the job derives from its id."""
+    words = [*worker_command(job.spec, job.connection, None).argv()[1:], *added]
     suffix = re.sub(r"[^A-Za-z0-9._-]", "-", job_id)
     return [*words, "--name", f"{values['cluster']}-{values['pool']}-{suffix}"]
 
 
 def assert_user_values_arrived(argv: list[str], env: dict[str, str],
-                               values: dict[str, Any]) -> None:
-    """The user's strings, each exactly once where it belongs."""
+                               values: dict[str, Any], added: int = 0) -> None:
+    """The user's strings, each exactly once where it belongs (``added``: words the system
+    puts after them)."""
     args = values["args"]
-    assert argv[len(argv) - 2 - len(args):len(argv) - 2] == args
+    end = len(argv) - 2 - added
+    assert argv[end - len(args):end] == args
     if values["image"]:
         binds = [w for b in values["binds"] for w in ("--bind", b)]
         assert argv[:1 + len(binds) + len(values["options"]) + 1] == [
@@ -257,8 +267,9 @@ def check_script_system(system: str, values: dict[str, Any], staging: Path) -> N
     script = batch.render(job, staging, COUNT)
     variables, job_id = JOB_IDS[system]
     argv, env = run_script(script, variables)
-    assert argv == expected_argv(job, values, job_id)
-    assert_user_values_arrived(argv, env, values)
+    added = listen_words(batch, job, staging)
+    assert argv == expected_argv(job, values, job_id, added)
+    assert_user_values_arrived(argv, env, values, len(added))
     base_job, _ = build(values, system, plain=True)
     baseline = batch.render(base_job, staging, COUNT)
     if system == "slurm":
