@@ -7,6 +7,7 @@ Screenshots are written as test artefacts (tests/views/browser.py); docs/ shows 
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 
@@ -164,8 +165,10 @@ def test_the_pools_page_of_a_live_cluster_on_htcondor(htcondor_pool, staging, tm
             message.get_by_text("cluster pools-page: 2 pool(s)").wait_for(timeout=90_000)
             assert page.get_by_text("pool cpu (htcondor, notGPU; target 2)").is_visible()
             assert page.get_by_text("pool queued (htcondor, notGPU; target 1)").is_visible()
-            assert page.get_by_text("pool queued (htcondor): 1 pending; target 1; "
-                                    "0 worker(s) connected").is_visible()
+            # (with HTCondor's reason for the wait once the negotiator has given one)
+            assert page.get_by_text(re.compile(
+                r"pool queued \(htcondor\): 1 pending( \(.*\))?; target 1; "
+                r"0 worker\(s\) connected")).is_visible()
             for job_id in [*cpu_jobs, queued_job]:  # the batch ids, in the tables
                 page.get_by_text(job_id, exact=True).wait_for(timeout=60_000)
             cpu_table = page.locator(".bk-DataTable").nth(0)
