@@ -325,6 +325,7 @@ class HybridCluster(ClusterViews, Cluster):
         if self.status == Status.closed:
             return
         problem: BaseException | None = None
+        departures = _DeparturesUnsaid(self.scheduler)
         try:
             if self.manager is not None:
                 await self.manager.stop()  # no adaptive step or refill from here on
@@ -348,6 +349,7 @@ class HybridCluster(ClusterViews, Cluster):
             if self._credentials is not None:
                 credentials, self._credentials = self._credentials, None
                 remove_credentials(credentials)
+            departures.close()
             self._quiet_logs.close()
             if self._async_caller:  # a synchronous close() reports from the caller's thread
                 self._ending.finished(problem, self._close_note)
@@ -568,3 +570,30 @@ HybridCluster.add_pool.__doc__ = (
     ">>> cluster.add_pool('cpu', 'slurm', cores=4, memory='8 GiB', walltime='02:00',"
     "\n...                   job_script_prologue=['module load gcc'])  # doctest: +SKIP\n"
 )
+
+
+class _DeparturesUnsaid(logging.Filter):
+    """While a cluster closes, its scheduler's listener says nothing about the peers that
+    leave with it: a worker stopped half-way through opening a connection makes the listener
+    warn ``TLS handshake failed ... Connection reset by peer``, which is how a close goes, not
+    a fault. Only this scheduler's listener lines, only while it closes (``close()``); shown
+    with ``hybrid.logging.verbose``."""
+
+    _LOGGER = "distributed.comm.tcp"
+
+    def __init__(self, scheduler: Scheduler | None) -> None:
+        super().__init__()
+        self._prefixes = tuple(f"Listener on {listener.listen_address!r}"
+                               for listener in getattr(scheduler, "listeners", ()))
+        self._active = bool(self._prefixes) and not config.get("logging.verbose", False)
+        if self._active:
+            logging.getLogger(self._LOGGER).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING
+                    and record.getMessage().startswith(self._prefixes))
+
+    def close(self) -> None:
+        if self._active:
+            self._active = False
+            logging.getLogger(self._LOGGER).removeFilter(self)

@@ -1,0 +1,87 @@
+"""A closing cluster says nothing about the workers that leave with it (the CI failure of
+stop 29: ``TLS handshake failed ... Connection reset by peer`` from the scheduler's listener
+while SIGTERM closed a cluster, a worker killed half-way through opening a connection).
+
+A REAL TLS scheduler of a :class:`~hybrid.HybridCluster`; the departing peer is a TCP
+connection that resets in the middle of the TLS handshake, as a killed worker's does.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+import dask
+import psutil
+import pytest
+
+from hybrid import HybridCluster
+from tests.gateway.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def handshakes(self) -> list[str]:
+        return [m for m in self.messages if "handshake failed" in m]
+
+
+def _reset_mid_handshake(address: str) -> None:
+    """Connect to the TLS listener, send nothing, reset (RST) the connection; return once the
+    listener has dropped its side."""
+    host, port = address.removeprefix("tls://").rsplit(":", 1)
+    peer = socket.create_connection((host, int(port)), timeout=10)
+    local_port = peer.getsockname()[1]
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def server_side_open() -> bool:
+        return any(c.raddr and c.raddr.port == local_port and c.laddr.port == int(port)
+                   for c in psutil.Process().net_connections("tcp"))
+
+    wait_for(server_side_open, 30, message="the listener accepted the connection")
+    peer.close()  # SO_LINGER 0: RST
+    wait_for(lambda: not server_side_open(), 30, message="the listener dropped the peer")
+
+
+def test_a_peer_reset_mid_handshake_is_said_while_open_and_not_while_closing(monkeypatch):
+    records = Records()
+    distributed_logger = logging.getLogger("distributed")
+    distributed_logger.addHandler(records)
+    try:
+        with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}):
+            cluster = HybridCluster()
+        address = cluster.scheduler_address
+        assert address.startswith("tls://127.0.0.1:")
+
+        # open: a peer that resets mid-handshake is worth a warning (nothing is hidden)
+        _reset_mid_handshake(address)
+        wait_for(lambda: records.handshakes(), 30, message="the listener's warning")
+        seen = len(records.handshakes())
+
+        # closing: the same from a departing worker is not
+        stop = cluster.manager.stop
+        departed: list[bool] = []
+
+        async def stop_then_a_worker_departs() -> None:
+            await stop()
+            if not departed:  # (the first stop: the scheduler still listens)
+                departed.append(True)
+                await cluster.loop.run_in_executor(None, _reset_mid_handshake, address)
+
+        monkeypatch.setattr(cluster.manager, "stop", stop_then_a_worker_departs)
+        cluster.close()
+        assert departed
+        assert len(records.handshakes()) == seen, records.handshakes()
+    finally:
+        distributed_logger.removeHandler(records)
+
+    # and after the close, the listener's logger is as it was
+    assert not logging.getLogger("distributed.comm.tcp").filters
