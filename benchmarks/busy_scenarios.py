@@ -144,6 +144,7 @@ def _finish(sim: Simulation, started: float, **numbers: Any) -> dict[str, Any]:
             "submit_calls": sum(s.submit_calls for s in sim.systems.values()),
             "decisions": _percentiles(ours(sim.decisions)),
             "decisions_cpu": _percentiles(ours(sim.cpu_decisions)),
+            "decisions_own_cpu": _percentiles(ours(sim.own_cpu_decisions)),
             "model_decisions": _percentiles(sim.decisions.get("jobqueue", [])),
             "model_decisions_cpu": _percentiles(sim.cpu_decisions.get("jobqueue", [])),
             "wall_s": time.perf_counter() - started, **numbers}

@@ -24,6 +24,7 @@ measured on the real clock. The scenarios are :mod:`benchmarks.busy_scenarios`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -50,6 +51,27 @@ from hybrid.worker import Connection
 
 def _times() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
+
+
+def _double(method: Any) -> Any:
+    """A method of the doubles (the simulated batch system and scheduler): the CPU time it
+    takes is the simulated facility's, not hybrid's (``Simulation.double_cpu``)."""
+    if asyncio.iscoroutinefunction(method):
+        async def timed_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return await method(self, *args, **kwargs)
+            finally:
+                self.sim.double_cpu += time.thread_time() - started
+        return functools.wraps(method)(timed_async)
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.sim.double_cpu += time.thread_time() - started
+    return functools.wraps(method)(timed)
 
 
 #: The address simulated workers "dial" (nothing listens: nothing is ever sent there).
@@ -167,9 +189,11 @@ class SimulatedBatchSystem(BatchSystem):
         #: The number of jobs of each submission, in order.
         self.calls: list[int] = []
 
+    @_double
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         return self.sim.submit_jobs(self, job.cluster, job.spec, count)
 
+    @_double
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
         jobs = self.sim.jobs
@@ -197,6 +221,7 @@ class SimulatedBatchSystem(BatchSystem):
             out.append(status)
         return out
 
+    @_double
     def remove(self, job_ids: Iterable[str]) -> None:
         for job_id in job_ids:
             self.sim.end_job(job_id, "removed", "removed by hybrid")
@@ -214,12 +239,14 @@ class SimulatedScheduler:
         self.sim = sim
         self.names: dict[bytes, str] = {}
 
+    @_double
     async def identity(self) -> dict[str, Any]:
         if self.sim.identity is None:  # made again only when a worker came, went or drains
             self.sim.identity = {"workers": {a: {"name": w.name, "status": w.status}
                                              for a, w in self.sim.workers.items()}}
         return self.sim.identity
 
+    @_double
     async def run_function(self, function: bytes, args: bytes, kwargs: bytes,
                            wait: bool = True) -> dict[str, Any]:
         name = self.names.get(function)
@@ -232,6 +259,7 @@ class SimulatedScheduler:
             return {"status": "OK", "result": self.sim.fail_tasks(options["resources"])}
         return {"status": "error", "exception": f"the simulator does not run {name}"}
 
+    @_double
     async def retire_workers(self, workers: list[str], close_workers: bool = False,
                              remove: bool = True, **_: Any) -> dict[str, Any]:
         retired = {}
@@ -240,6 +268,7 @@ class SimulatedScheduler:
                 retired[address] = {}
         return retired
 
+    @_double
     async def broadcast(self, msg: dict, workers: list[str], **_: Any) -> dict[str, Any]:
         function = pickle.loads(msg["function"])
         if function.__name__ == "drain_worker":
@@ -286,6 +315,12 @@ class Simulation:
         #: shared machine the wall time also holds the time other processes had the CPU).
         self.decisions: dict[str, list[float]] = {}
         self.cpu_decisions: dict[str, list[float]] = {}
+        #: The CPU seconds of each decision less those spent in the doubles (the simulated
+        #: batch system's query, submit, remove; the simulated scheduler's answers): what
+        #: hybrid's own code took, by kind.
+        self.own_cpu_decisions: dict[str, list[float]] = {}
+        #: CPU seconds spent in the doubles so far.
+        self.double_cpu = 0.0
         #: Why tasks ran again: cause -> tasks.
         self.recompute_causes: dict[str, int] = {}
         #: The most jobs each pool had queued and running at once; and of those, the most
@@ -397,7 +432,7 @@ class Simulation:
             self._drain_step(payload)
         elif kind == "step":
             interval, step, label = payload
-            started = _times()
+            started = (*_times(), self.double_cpu)
             await step()
             self._decided(label.split()[0], started)
             self._count_counted()
@@ -405,7 +440,7 @@ class Simulation:
         elif kind == "reconcile":
             for pool in list(self.manager.pools.values()):
                 if pool.used:
-                    started = _times()
+                    started = (*_times(), self.double_cpu)
                     await self.manager.reconcile(pool)
                     self._decided("reconcile", started)
             self._sample()
@@ -428,10 +463,12 @@ class Simulation:
             name: (len(pool.counted()), workers.get(name, 0))
             for name, pool in self.manager.pools.items()}, left))
 
-    def _decided(self, kind: str, started: tuple[float, float]) -> None:
+    def _decided(self, kind: str, started: tuple[float, float, float]) -> None:
         wall, cpu = _times()
         self.decisions.setdefault(kind, []).append(wall - started[0])
         self.cpu_decisions.setdefault(kind, []).append(cpu - started[1])
+        self.own_cpu_decisions.setdefault(kind, []).append(
+            max(0.0, cpu - started[1] - (self.double_cpu - started[2])))
 
     def _done(self) -> bool:
         """Every burst through and no job left in any queue (nothing more can happen but

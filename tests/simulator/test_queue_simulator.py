@@ -66,8 +66,14 @@ def test_a_facility_day_keeps_every_promise_and_repeats_exactly() -> None:
         # the end of their lifetime, while their replacements come
         assert most <= first["maximum"][pool], (pool, first)
     assert first["finished_bursts"] >= first["bursts"] - 2  # the last may still run
+    # hybrid's own share of each decision leaves out the doubles' answers (every decision
+    # asks the simulated batch system or scheduler something)
+    own, whole = first["decisions_own_cpu"], first["decisions_cpu"]
+    assert own["count"] == whole["count"] > 0
+    assert own["median_ms"] < whole["median_ms"]
+    assert own["p99_ms"] <= whole["p99_ms"] and own["max_ms"] <= whole["max_ms"]
     again = scenarios.facility(scale=0.05)
-    timing = ("decisions", "decisions_cpu", "model_decisions", "model_decisions_cpu",
-              "wall_s")
+    timing = ("decisions", "decisions_cpu", "decisions_own_cpu", "model_decisions",
+              "model_decisions_cpu", "wall_s")
     assert {k: v for k, v in first.items() if k not in timing} == {
         k: v for k, v in again.items() if k not in timing}
