@@ -24,6 +24,7 @@ measured on the real clock. The scenarios are :mod:`benchmarks.busy_scenarios`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import heapq
 import itertools
@@ -34,7 +35,7 @@ import random
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,25 +54,30 @@ def _times() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
 
 
-def _double(method: Any) -> Any:
-    """A method of the doubles (the simulated batch system and scheduler): the CPU time it
-    takes is the simulated facility's, not hybrid's (``Simulation.double_cpu``)."""
-    if asyncio.iscoroutinefunction(method):
-        async def timed_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-            started = time.thread_time()
-            try:
-                return await method(self, *args, **kwargs)
-            finally:
-                self.sim.double_cpu += time.thread_time() - started
-        return functools.wraps(method)(timed_async)
+@contextlib.contextmanager
+def _booked(sim: Simulation) -> Iterator[None]:
+    """The CPU time of the block is the simulated facility's, not hybrid's
+    (``Simulation.double_cpu``)."""
+    started = time.thread_time()
+    try:
+        yield
+    finally:
+        sim.double_cpu += time.thread_time() - started
 
-    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        started = time.thread_time()
-        try:
+
+def _double(method: Any) -> Any:
+    """A method of the doubles (the simulated batch system and scheduler), booked by
+    :func:`_booked`."""
+    if asyncio.iscoroutinefunction(method):
+        async def booked_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _booked(self.sim):
+                return await method(self, *args, **kwargs)
+        return functools.wraps(method)(booked_async)
+
+    def booked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _booked(self.sim):
             return method(self, *args, **kwargs)
-        finally:
-            self.sim.double_cpu += time.thread_time() - started
-    return functools.wraps(method)(timed)
+    return functools.wraps(method)(booked)
 
 
 #: The address simulated workers "dial" (nothing listens: nothing is ever sent there).
@@ -432,7 +438,7 @@ class Simulation:
             self._drain_step(payload)
         elif kind == "step":
             interval, step, label = payload
-            started = (*_times(), self.double_cpu)
+            started = self._started()
             await step()
             self._decided(label.split()[0], started)
             self._count_counted()
@@ -440,7 +446,7 @@ class Simulation:
         elif kind == "reconcile":
             for pool in list(self.manager.pools.values()):
                 if pool.used:
-                    started = (*_times(), self.double_cpu)
+                    started = self._started()
                     await self.manager.reconcile(pool)
                     self._decided("reconcile", started)
             self._sample()
@@ -462,6 +468,10 @@ class Simulation:
         self.trace.append((self.clock.now, {
             name: (len(pool.counted()), workers.get(name, 0))
             for name, pool in self.manager.pools.items()}, left))
+
+    def _started(self) -> tuple[float, float, float]:
+        """Wall and CPU time now, and the doubles' CPU time so far: a decision's start."""
+        return (*_times(), self.double_cpu)
 
     def _decided(self, kind: str, started: tuple[float, float, float]) -> None:
         wall, cpu = _times()
