@@ -226,7 +226,7 @@ def test_half_the_workers_removed_mid_computation_rerun_and_refill(
                 assert now - removed_at < 60, "no refill within 60 s"
                 if gone_at is None and not set(victims) & set(real.live(cluster.name)):
                     gone_at = now
-                if refilled_at is None and pool.submit_calls == 2:
+                if refilled_at is None and pool.submitted > 4:
                     refilled_at = now
                 time.sleep(0.05)
             refill = refilled_at - gone_at
@@ -241,7 +241,9 @@ def test_half_the_workers_removed_mid_computation_rerun_and_refill(
               f"after the removal, their replacements were submitted {refill:.1f} s later")
         cluster.wait_for_workers(4, timeout=150, progress=False)
         assert sorted(real.live(cluster.name)) == sorted(pool.active())
-        assert pool.submit_calls == 2 and pool.failures == 0
+        # two replacements, no more: one call, or two when the batch system stopped listing
+        # the removed jobs one poll apart (as Slurm did once in CI)
+        assert pool.submitted == 6 and pool.failures == 0
     assert real.live(cluster.name) == []
 
 
