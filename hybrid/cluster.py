@@ -371,7 +371,8 @@ class HybridCluster(ClusterViews, Cluster):
             finally:
                 if self.status == Status.closed:
                     self._ending.finished(problem, self._close_note)
-                    self._loop_runner.stop()
+                    if not lifecycle.terminating():  # (its loop then ends with the process)
+                        self._loop_runner.stop()
 
     async def _detach(self) -> None:
         if self.manager is not None:

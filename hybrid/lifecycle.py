@@ -34,6 +34,7 @@ import asyncio
 import concurrent.futures.thread  # noqa: F401  its exit hook first: ours then runs before it
 import contextlib
 import os
+import queue
 import signal
 import sys
 import threading
@@ -45,7 +46,7 @@ from hybrid import config
 from hybrid.errors import ClusterClosed
 
 __all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "open_endings",
-           "outcome", "register", "sync"]
+           "outcome", "register", "sync", "terminating"]
 
 #: Exit status of a process ended by SIGTERM (128 + 15, as a shell reports it).
 SIGTERM_STATUS = 128 + signal.SIGTERM
@@ -167,6 +168,14 @@ def open_endings() -> list[Ending]:
         return [e for e in _endings if e.open and e.pid == os.getpid()]
 
 
+def terminating() -> bool:
+    """Whether SIGTERM is ending the process: its handler closes the clusters at whatever
+    point it interrupted the main thread, so a close then leaves the event loops running
+    (the process ends with them): stopping one takes ``distributed``'s loop lock, which the
+    interrupted code may hold (a Client starting its loop)."""
+    return _exiting == TERMINATED
+
+
 def closed_error(label: str, fix: str) -> ClusterClosed:
     """The one error every call on a closed cluster raises: it is closed, and what to do."""
     return ClusterClosed(f"{label} is closed: {fix}")
@@ -236,7 +245,13 @@ def sync(loop: Any, function: Callable[..., Any], *args: Any,
     """Run ``function(*args, **kwargs)`` (a coroutine function) on ``loop`` (a Tornado
     ``IOLoop`` running in another thread) and wait for it; on any interruption of the wait
     (Ctrl-C, :class:`Terminated`), the coroutine is cancelled before the interruption goes
-    on, so nothing keeps running on the loop behind the caller's back."""
+    on, so nothing keeps running on the loop behind the caller's back.
+
+    The wait holds no lock that the loop's thread needs to hand the result over (a
+    ``queue.SimpleQueue``, whose ``put`` never blocks): a signal handler that interrupts it
+    and waits on the same loop (SIGTERM closing the open clusters) cannot deadlock, as it
+    could inside a ``concurrent.futures`` result or a ``threading.Event`` wait.
+    """
     asyncio_loop = loop.asyncio_loop
     if asyncio_loop.is_closed():
         raise RuntimeError("IOLoop is closed")
@@ -247,17 +262,42 @@ def sync(loop: Any, function: Callable[..., Any], *args: Any,
     if running is asyncio_loop:
         raise RuntimeError("sync() called from thread of running loop")
 
-    async def call() -> Any:
-        if callback_timeout is not None:
-            return await asyncio.wait_for(function(*args, **kwargs), callback_timeout)
-        return await function(*args, **kwargs)
+    handed: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    state: dict[str, Any] = {"task": None, "cancelled": False}
 
-    future = asyncio.run_coroutine_threadsafe(call(), asyncio_loop)
+    async def call() -> None:
+        try:
+            if callback_timeout is not None:
+                result = await asyncio.wait_for(function(*args, **kwargs), callback_timeout)
+            else:
+                result = await function(*args, **kwargs)
+        except BaseException as error:  # (a cancelled call's error is read by nobody)
+            handed.put((False, error))
+        else:
+            handed.put((True, result))
+
+    def start() -> None:  # (start and cancel run on the loop's thread, in this order)
+        if not state["cancelled"]:
+            state["task"] = asyncio_loop.create_task(call())
+
+    def cancel() -> None:
+        state["cancelled"] = True
+        if state["task"] is not None:
+            state["task"].cancel()
+
+    asyncio_loop.call_soon_threadsafe(start)
     try:
-        return future.result()
+        ok, value = handed.get()
     except BaseException:
-        future.cancel()
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs on it
+            asyncio_loop.call_soon_threadsafe(cancel)
         raise
+    if ok:
+        return value
+    try:
+        raise value
+    finally:
+        value = None  # (no reference cycle through the traceback)
 
 
 async def outcome(future: asyncio.Future, timeout: float) -> Any:

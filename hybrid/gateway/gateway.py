@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from dask_gateway import Gateway
 from dask_gateway.client import ClusterReport
 
+from hybrid import lifecycle
 from hybrid.errors import ConfigurationError, GatewayUnreachable
 from hybrid.gateway.options import batch_worker_address, worker_address
 
@@ -132,12 +133,24 @@ class HTCGateway(Gateway):
             return self._reports(found)
         return HTCClusterReport.from_report(found, self)
 
+    def sync(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """As the stock ``sync``, but the wait is :func:`hybrid.lifecycle.sync`'s: a SIGTERM
+        that closes the clusters while this process waits here cannot deadlock, and an
+        interrupted wait cancels the call on the loop."""
+        if self.asynchronous:
+            return func(*args, **kwargs)
+        return lifecycle.sync(self.loop, func, *args, **kwargs)
+
     def close(self) -> Any:
         """Close the client (its clusters keep running unless they were shut down); a
         second call does nothing."""
         if getattr(self, "_closed", False) and not self.asynchronous:
             return None
         self._closed = True
+        if not self.asynchronous and lifecycle.terminating():  # its loop ends with the process
+            if self.loop.asyncio_loop.is_running():
+                self.sync(self._cleanup)
+            return None
         return super().close()
 
     def __del__(self) -> None:

@@ -63,7 +63,17 @@ class Run:
         raise AssertionError(f"the script never reached phase {marker!r}:\n" + self.text())
 
     def finish(self, timeout: float = 180) -> int:
-        rest, _ = self.process.communicate(timeout=timeout)
+        try:
+            rest, _ = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # where it hangs: its threads' stacks, then why
+            self.process.send_signal(signal.SIGUSR1)  # (faulthandler, in the script)
+            time.sleep(2)
+            self.process.kill()
+            rest, _ = self.process.communicate()
+            for line in rest.splitlines():
+                self._add(line)
+            raise AssertionError(f"the script did not end within {timeout} s:\n"
+                                 + self.text()) from None
         for line in rest.splitlines():
             self._add(line)
         return self.process.returncode
@@ -265,7 +275,8 @@ def test_ctrl_c_while_closing_does_not_cut_the_close_short(script, kind):
 @pytest.mark.parametrize(("kind", "phase"), [
     _with_phase("htcondor", "sleep"), _with_phase("gateway-htcondor", "sleep"),
     _with_phase("gateway-local", "wait"), _with_phase("gateway-local", "swallow"),
-    _with_phase("backend-htcondor", "sleep")])
+    _with_phase("backend-htcondor", "sleep"), _with_phase("htcondor", "locked"),
+    _with_phase("gateway-local", "locked")])
 def test_sigterm_closes_like_ctrl_c_then_ends_the_process_as_sigterm_does(script, kind, phase):
     run = script(kind, phase)
     run.until("sleep" if phase == "swallow" else phase)

@@ -6,7 +6,8 @@ HTCondor or local pool), ``backend-htcondor`` (openff-evaluator's way: a
 ``DaskHTCondorBackend`` of two workers; phases ``exit`` and ``sleep`` only). PHASE says
 where the script stays (the test signals it there):
 ``start``, ``wait`` (for a worker that never comes), ``sleep`` (workers joined), ``swallow``
-(the same, where the script catches every exception and goes on), ``close``,
+(the same, where the script catches every exception and goes on), ``locked`` (the same,
+holding ``distributed``'s event-loop lock, as a Client starting its loop does), ``close``,
 ``queued`` (jobs that stay in the queue), ``exit`` (ends without close()), ``after-close``
 (calls everything on the closed cluster), ``after-close-keep`` (the same after
 ``close(shutdown=False)``).
@@ -15,8 +16,10 @@ It prints ``phase NAME`` before each phase, and nothing else of its own but for
 ``after-close``: one JSON line of what each call raised. Nothing in it is a test double.
 """
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 
@@ -25,6 +28,7 @@ from dask_gateway import BasicAuth
 from hybrid import HTCGateway, HybridCluster
 
 kind, phase = sys.argv[1], sys.argv[2]
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where it hangs
 
 
 def say(what):
@@ -76,6 +80,12 @@ if phase == "swallow":  # a framework that catches everything, SystemExit includ
         time.sleep(600)
     except BaseException:
         say("swallowed")
+        time.sleep(600)
+if phase == "locked":  # as while a Client or cluster starts or stops its event loop
+    from distributed.utils import LoopRunner
+
+    with LoopRunner._lock:
+        say("locked")
         time.sleep(600)
 if phase == "exit":
     sys.exit(0)
