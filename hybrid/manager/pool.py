@@ -116,6 +116,42 @@ EXIT_HINTS = {
     "9": "killed by SIGKILL: often the memory limit (give the pool more memory)",
 }
 
+class JobTable(dict):
+    """A pool's tracked jobs (job id -> :class:`JobStatus`) that counts its changes: what is
+    derived from it (the active jobs) is computed once per change, not once per question
+    (an adaptive step asks many times)."""
+
+    version = 0
+
+    def __setitem__(self, job_id: str, status: JobStatus) -> None:
+        self.version += 1
+        super().__setitem__(job_id, status)
+
+    def __delitem__(self, job_id: str) -> None:
+        self.version += 1
+        super().__delitem__(job_id)
+
+    def pop(self, *args: Any) -> Any:
+        self.version += 1
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self.version += 1
+        return super().popitem()
+
+    def setdefault(self, job_id: str, status: Any = None) -> Any:
+        self.version += 1
+        return super().setdefault(job_id, status)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+
 class ManagedPool:
     """One pool of a cluster: its spec, its system, its tracked jobs, its target."""
 
@@ -126,7 +162,8 @@ class ManagedPool:
         self._name_prefix = job.name_prefix + "-"
         self._processes = spec.max_processes
         #: Tracked jobs still in the queue (pending, running, held, being removed).
-        self.jobs: dict[str, JobStatus] = {}
+        self.jobs: JobTable = JobTable()
+        self._active: tuple[int, list[str]] = (-1, [])  # (jobs.version, active job ids)
         #: The last jobs that ended, newest last (for reports).
         self.ended: deque[JobStatus] = deque(maxlen=50)
         self.target = 0
@@ -212,7 +249,11 @@ class ManagedPool:
     def active(self) -> list[str]:
         """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
         jobs being removed are not listed)."""
-        return [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
+        version, found = self._active
+        if version != self.jobs.version:
+            found = [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
+            self._active = (self.jobs.version, found)
+        return list(found)
 
     def counted(self) -> list[str]:
         """The :meth:`active` jobs that count toward the target: all but those retiring at

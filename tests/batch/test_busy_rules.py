@@ -257,3 +257,43 @@ def test_a_walltime_gives_workers_a_lifetime_and_a_deadline_before_it() -> None:
                                                                              "50m"])
     assert own.lifetime_seconds() is None  # distributed's own lifetime, as the user asked
     assert PoolSpec.build("cpu", "slurm", walltime="00:01").lifetime_seconds() == 30
+
+
+def test_a_pools_active_jobs_follow_every_change_of_its_job_table() -> None:
+    """The active list is computed once per change of the job table: every way of changing
+    the table is seen (a missed one would hide a job from the adaptive plan)."""
+    from hybrid.batch import JobState, JobStatus, WorkerJob, get_system
+    from hybrid.manager.pool import ManagedPool
+    from hybrid.worker import Connection
+
+    spec = PoolSpec.build("cpu", "local", cores=1, nanny=False)
+    pool = ManagedPool(spec, get_system("local"),
+                       WorkerJob("c1", spec, Connection("tcp://127.0.0.1:1")))
+
+    def status(job_id: str, state: JobState) -> JobStatus:
+        return JobStatus(job_id, state, None, "c1", "cpu")
+
+    def expected() -> list[str]:
+        return [j for j, s in pool.jobs.items()
+                if s.state in (JobState.pending, JobState.running, JobState.held)]
+
+    changes = [
+        lambda: pool.track([status("1", JobState.pending), status("2", JobState.pending)]),
+        lambda: pool.jobs.__setitem__("1", status("1", JobState.running)),
+        lambda: pool.jobs.__setitem__("2", status("2", JobState.removing)),
+        lambda: pool.jobs.__delitem__("2"),
+        lambda: pool.jobs.setdefault("3", status("3", JobState.held)),
+        lambda: pool.jobs.update({"4": status("4", JobState.pending)}),
+        lambda: pool.jobs.pop("1"),
+        lambda: pool.jobs.popitem(),
+        lambda: pool.jobs.clear(),
+    ]
+    seen = set()
+    for change in changes:
+        change()
+        found = pool.active()
+        assert found == expected()
+        found.append("not a job")  # the caller's copy: the pool's own list stays
+        assert pool.active() == expected()
+        seen.add(tuple(pool.active()))
+    assert len(seen) > 4  # the changes did change the active list
