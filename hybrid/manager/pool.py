@@ -162,7 +162,7 @@ class ManagedPool:
         self._name_prefix = job.name_prefix + "-"
         self._processes = spec.max_processes
         #: Tracked jobs still in the queue (pending, running, held, being removed).
-        self.jobs: JobTable = JobTable()
+        self.jobs: dict[str, JobStatus] = JobTable()
         self._active: tuple[int, list[str]] = (-1, [])  # (jobs.version, active job ids)
         #: The last jobs that ended, newest last (for reports).
         self.ended: deque[JobStatus] = deque(maxlen=50)
