@@ -350,17 +350,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         """Job id -> addresses of its connected workers."""
         live = await self.live_workers() if live is None else live
         out: dict[str, list[str]] = {}
-        known = pool._by_name  # (a worker seen before: one dict lookup)
         for address, info in live.items():
-            name = str(info.get("name", ""))
-            job_id = known[name] if name in known else pool.job_id_of_worker(name)
+            job_id = pool.job_id_of_worker(str(info.get("name", "")))
             if job_id is not None:
-                if job_id in out:
-                    out[job_id].append(address)
-                else:
-                    out[job_id] = [address]
-        if not pool._connected.issuperset(out):
-            await self._note_connected(pool, out)
+                out.setdefault(job_id, []).append(address)
+        await self._note_connected(pool, out)
         return out
 
     async def connected_workers(self, pool: str | None = None) -> list[str]:

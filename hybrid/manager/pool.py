@@ -141,7 +141,7 @@ class JobTable(dict):
 
     def setdefault(self, job_id: str, status: Any = None) -> Any:
         self.version += 1
-        return super().setdefault(job_id, status)
+        return super().setdefault(job_id, status)  # (counted even when the job was there)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         self.version += 1
@@ -150,6 +150,10 @@ class JobTable(dict):
     def clear(self) -> None:
         self.version += 1
         super().clear()
+
+    def __ior__(self, other: Any) -> JobTable:
+        self.update(other)
+        return self
 
 
 class ManagedPool:

@@ -284,6 +284,7 @@ def test_a_pools_active_jobs_follow_every_change_of_its_job_table() -> None:
         lambda: pool.jobs.__delitem__("2"),
         lambda: pool.jobs.setdefault("3", status("3", JobState.held)),
         lambda: pool.jobs.update({"4": status("4", JobState.pending)}),
+        lambda: pool.jobs.__ior__({"5": status("5", JobState.running)}),
         lambda: pool.jobs.pop("1"),
         lambda: pool.jobs.popitem(),
         lambda: pool.jobs.clear(),

@@ -9,6 +9,7 @@ themselves), and the gateway's clusters (``list_clusters()``), none within a min
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,7 +68,8 @@ class Run:
             rest, _ = self.process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # where it hangs: its threads' stacks, then why
             self.process.send_signal(signal.SIGUSR1)  # (faulthandler, in the script)
-            time.sleep(2)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # (what it wrote is kept)
+                self.process.communicate(timeout=3)
             self.process.kill()
             rest, _ = self.process.communicate()
             for line in rest.splitlines():
