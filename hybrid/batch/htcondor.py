@@ -143,7 +143,9 @@ def check_htcondor(timeout: float = 20.0) -> Any:
 
     name = "batch system (htcondor)"
     config_file = os.environ.get("CONDOR_CONFIG")
-    if config_file and config_file.upper() != "ONLY_ENV" and not Path(config_file).is_file():
+    # (a path that exists but is no regular file, e.g. /dev/null, which the bindings set
+    # themselves where they find no configuration, is HTCondor's "no configuration")
+    if config_file and config_file.upper() != "ONLY_ENV" and not Path(config_file).exists():
         return fail(name, f"CONDOR_CONFIG={config_file} does not exist",
                      "Point CONDOR_CONFIG at the pool's client configuration, or unset it.")
     probe = _htcondor_probe("config", timeout)

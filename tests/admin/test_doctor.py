@@ -207,6 +207,16 @@ def test_htcondor_config_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert result.message == f"CONDOR_CONFIG={tmp_path / 'no-such-config'} does not exist"
 
 
+def test_htcondor_config_dev_null_is_no_missing_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CONDOR_CONFIG=/dev/null`` (what importing ``htcondor2`` sets where no configuration
+    is found: a script or a test that imported it hands it on) is HTCondor's "no
+    configuration", not a missing file: the check goes on to the bindings and the schedd."""
+    monkeypatch.setenv("CONDOR_CONFIG", os.devnull)
+    result = doctor.check_batch_system("htcondor")
+    assert "does not exist" not in result.message, result.message
+    assert result.message.startswith(("the schedd", "htcondor2 present")), result.message
+
+
 def test_htcondor_token_optional_when_other_methods_remain(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With FS beside IDTOKENS a missing token does not stop the check: the schedd is asked."""
