@@ -62,6 +62,8 @@ class PoolAdaptive(AdaptiveCore):
         self.steps = 0
         self._connected: set[str] = set()
         self._plan: set[str] | None = None
+        self._stepping = False
+        self._step_workers: tuple[dict, dict[str, list[str]]] | None = None
         self._callback: PeriodicCallback | None = None
 
     # ------------------------------------------------------------------ AdaptiveCore
@@ -127,8 +129,7 @@ class PoolAdaptive(AdaptiveCore):
         another worker of the cluster stays to take them (else retiring it would fail)."""
         busy = getattr(self, "_busy", {})
         holds = getattr(self, "_holds", {})
-        live = await self.manager.live_workers()
-        jobs = await self.manager.pool_workers(self.pool, live)
+        live, jobs = await self._workers()
         plan = self.plan
         names = {a: str(info.get("name")) for a, info in live.items()}
         idle = [j for j, addresses in jobs.items() if j in plan
@@ -145,11 +146,24 @@ class PoolAdaptive(AdaptiveCore):
             chosen.append(job_id)
         return chosen
 
+    async def _workers(self) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+        """The scheduler's workers and this pool's (job id -> addresses), as the step
+        found them (asked once per step; a call outside a step asks now)."""
+        found = self._step_workers
+        if found is None:
+            live = await self.manager.live_workers()
+            found = live, await self.manager.pool_workers(self.pool, live)
+            if self._stepping:
+                self._step_workers = found
+        return found
+
     async def scale_up(self, n: int) -> None:
         """Submit jobs up to ``n`` counting toward the target (``n`` is at most
         ``maximum``): a job retiring at the end of its lifetime no longer counts, so its
-        replacement goes out ahead of time, while it drains."""
-        await self.manager.scale(self.pool, n)
+        replacement goes out ahead of time, while it drains. The jobs are counted as the
+        step's refresh found them (a job that ended since is seen by the next step: it can
+        only make this step submit less, never more)."""
+        await self.manager.scale(self.pool, n, refresh=False)
         self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:
@@ -172,10 +186,11 @@ class PoolAdaptive(AdaptiveCore):
     async def adapt(self) -> None:
         """One step: reconcile the jobs, then ``AdaptiveCore.adapt`` (errors are reported)."""
         self.steps += 1
+        self._stepping, self._step_workers = True, None
         try:
             await self.manager.refresh(self.pool)
             self._plan = None
-            self._connected = set(await self.manager.pool_workers(self.pool))
+            self._connected = set((await self._workers())[1])
             await super().adapt()
             self._plan = None
             self.pool.target = len(self.plan)
@@ -185,6 +200,8 @@ class PoolAdaptive(AdaptiveCore):
             self._plan = None
             self.errors.append(str(error))
             logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
+        finally:
+            self._stepping, self._step_workers = False, None
         if self.pool.failed:
             self.stop()
 

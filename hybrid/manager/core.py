@@ -249,26 +249,32 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
         pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
-        missing = [j for j in tracked if j not in statuses and j not in pool._removed]
+        missing = [j for j in tracked if j not in statuses and j not in pool._removed
+                   ] if len(statuses) < len(tracked) else []
         if missing:
             statuses.update({s.job_id: s for s in await self.call(
                 pool.system.query, job_ids=missing, history=True)})
         now = self.clock()
+        jobs = pool.jobs
         for job_id in tracked:
-            if job_id not in pool.jobs:
+            old = jobs.get(job_id)
+            if old is None:
                 continue
-            status = statuses.get(job_id) or (
+            status = statuses.get(job_id)
+            if status is old and (old.state is JobState.pending
+                                  or old.state is JobState.running):
+                continue  # the same status object: unchanged (most jobs, most steps)
+            status = status or (
                 JobStatus(job_id, JobState.removed, "removed by hybrid", self.cluster, pool.name)
                 if job_id in pool._removed else JobStatus(
                     job_id, JobState.finished, GONE, self.cluster, pool.name))
             if status.state in ACTIVE_STATES:
-                old = pool.jobs[job_id]
                 if (status.state is JobState.pending and old.state is JobState.running
                         and pool._connected_at.get(job_id, float("-inf")) >= asked):
                     continue  # asked before its worker connected: it runs (not an eviction)
-                if status is not old and status != old:  # unchanged: nothing to note
+                if status != old:  # an equal status: nothing to note
                     self._observe(pool, old, status, now)
-                    pool.jobs[job_id] = status
+                    jobs[job_id] = status
                 continue
             del pool.jobs[job_id]
             pool.ended.append(status)
@@ -349,11 +355,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                            ) -> dict[str, list[str]]:
         """Job id -> addresses of its connected workers."""
         live = await self.live_workers() if live is None else live
-        out: dict[str, list[str]] = {}
-        for address, info in live.items():
-            job_id = pool.job_id_of_worker(str(info.get("name", "")))
-            if job_id is not None:
-                out.setdefault(job_id, []).append(address)
+        out = pool.workers_by_job(live)
         await self._note_connected(pool, out)
         return out
 
@@ -392,13 +394,16 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         return response["result"]
 
     # ------------------------------------------------------------------ scaling
-    async def scale(self, pool: ManagedPool, n: int, idle_only: bool = False) -> None:
+    async def scale(self, pool: ManagedPool, n: int, idle_only: bool = False,
+                    refresh: bool = True) -> None:
         """Set the pool's target to ``n`` jobs: submit the missing, retire the surplus.
 
         A call that fails changes no target (so nothing resubmits behind the caller's back)
-        and is reported once: by its exception."""
+        and is reported once: by its exception. ``refresh=False`` counts the jobs as of the
+        last refresh (an adaptive step that has just refreshed them)."""
         async with pool.scaling:
-            await self.refresh(pool)
+            if refresh:
+                await self.refresh(pool)
             active = pool.counted()
             if len(active) < n:
                 self.check_limits(pool, n)

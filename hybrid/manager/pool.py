@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Iterable
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,20 +116,19 @@ EXIT_HINTS = {
     "9": "killed by SIGKILL: often the memory limit (give the pool more memory)",
 }
 
-class JobTable(dict):
-    """A pool's tracked jobs (job id -> :class:`JobStatus`) that counts its changes: what is
-    derived from it (the active jobs) is computed once per change, not once per question
-    (an adaptive step asks many times)."""
+class CountingDict(dict):
+    """A dict that counts its changes (:attr:`version`): what is derived from it is
+    computed once per change, not once per question (an adaptive step asks many times)."""
 
     version = 0
 
-    def __setitem__(self, job_id: str, status: JobStatus) -> None:
+    def __setitem__(self, key: Any, value: Any) -> None:
         self.version += 1
-        super().__setitem__(job_id, status)
+        super().__setitem__(key, value)
 
-    def __delitem__(self, job_id: str) -> None:
+    def __delitem__(self, key: Any) -> None:
         self.version += 1
-        super().__delitem__(job_id)
+        super().__delitem__(key)
 
     def pop(self, *args: Any) -> Any:
         self.version += 1
@@ -139,9 +138,9 @@ class JobTable(dict):
         self.version += 1
         return super().popitem()
 
-    def setdefault(self, job_id: str, status: Any = None) -> Any:
+    def setdefault(self, key: Any, value: Any = None) -> Any:
         self.version += 1
-        return super().setdefault(job_id, status)  # (counted even when the job was there)
+        return super().setdefault(key, value)  # (counted even when the key was there)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         self.version += 1
@@ -151,9 +150,78 @@ class JobTable(dict):
         self.version += 1
         super().clear()
 
-    def __ior__(self, other: Any) -> JobTable:
+    def __ior__(self, other: Any) -> CountingDict:
         self.update(other)
         return self
+
+
+class JobTable(CountingDict):
+    """A pool's tracked jobs (job id -> :class:`JobStatus`) that counts its changes and
+    keeps, as they change, its jobs in the queue (:attr:`queued`) and its jobs by state and
+    reason (:attr:`by_state_reason`): an adaptive step asks for both many times, over
+    hundreds of jobs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        #: The ids of the jobs pending, running or held (a dict used as an ordered set).
+        self.queued: dict[str, None] = {}
+        #: ``(state, reason)`` -> how many jobs.
+        self.by_state_reason: Counter[tuple[JobState, str | None]] = Counter()
+        self.update(*args, **kwargs)
+
+    def _count(self, status: JobStatus, by: int) -> None:
+        key = (status.state, status.reason)
+        left = self.by_state_reason[key] + by
+        if left:
+            self.by_state_reason[key] = left
+        else:
+            del self.by_state_reason[key]
+
+    def __setitem__(self, job_id: str, status: JobStatus) -> None:
+        old = dict.get(self, job_id)
+        if old is not None:
+            self._count(old, -1)
+        self._count(status, 1)
+        if status.state in QUEUED_STATES:
+            self.queued.setdefault(job_id, None)
+        else:
+            self.queued.pop(job_id, None)
+        super().__setitem__(job_id, status)
+
+    def __delitem__(self, job_id: str) -> None:
+        self._count(self[job_id], -1)
+        self.queued.pop(job_id, None)
+        super().__delitem__(job_id)
+
+    def pop(self, job_id: str, *default: Any) -> Any:
+        if job_id not in self:
+            return super().pop(job_id, *default)  # the default, or KeyError
+        status = self[job_id]
+        del self[job_id]
+        return status
+
+    def popitem(self) -> Any:
+        if not self:
+            raise KeyError("popitem(): the job table is empty")
+        job_id = next(reversed(self))
+        return job_id, self.pop(job_id)
+
+    def setdefault(self, job_id: str, status: Any = None) -> Any:
+        if job_id in self:
+            self.version += 1  # (counted even when the job was there)
+            return self[job_id]
+        self[job_id] = status
+        return status
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for job_id, status in dict(*args, **kwargs).items():
+            self[job_id] = status
+        self.version += 1
+
+    def clear(self) -> None:
+        self.queued.clear()
+        self.by_state_reason.clear()
+        super().clear()
 
 
 class ManagedPool:
@@ -167,7 +235,7 @@ class ManagedPool:
         self._processes = spec.max_processes
         #: Tracked jobs still in the queue (pending, running, held, being removed).
         self.jobs: dict[str, JobStatus] = JobTable()
-        self._active: tuple[int, list[str]] = (-1, [])  # (jobs.version, active job ids)
+        self._counted: tuple[Any, list[str]] = (None, [])  # (both versions, counted ids)
         #: The last jobs that ended, newest last (for reports).
         self.ended: deque[JobStatus] = deque(maxlen=50)
         self.target = 0
@@ -195,7 +263,7 @@ class ManagedPool:
         self.giving_up: asyncio.Future | None = None
         #: Jobs at the end of their lifetime: job id -> when their worker starts draining
         #: (manager clock). They no longer count toward the target: their replacements do.
-        self.retiring: dict[str, float] = {}
+        self.retiring: dict[str, float] = CountingDict()
         #: Evictions and preemptions so far (never failures), the last ones for reports.
         self.evictions = 0
         self.evicted: deque[str] = deque(maxlen=20)
@@ -221,10 +289,11 @@ class ManagedPool:
         #: When each running job's worker drains: job id -> (its start, the drain time).
         self._drain_times: dict[str, tuple[float, float]] = {}
         self._last_logged: Any = None
+        self._last_seen: Any = None
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
-        #: Worker name -> its job id here (``None``: not a worker of this pool), as found.
-        self._by_name: dict[str, str | None] = {}
+        #: Worker name -> its job id here, as found (names of no job here are not kept).
+        self._by_name: dict[str, str] = {}
         self._connected: set[str] = set()
         #: When each job's worker first connected (manager clock).
         self._connected_at: dict[str, float] = {}
@@ -253,18 +322,23 @@ class ManagedPool:
     def active(self) -> list[str]:
         """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
         jobs being removed are not listed)."""
-        version, found = self._active
-        if version != self.jobs.version:
-            found = [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
-            self._active = (self.jobs.version, found)
-        return list(found)
+        queued = getattr(self.jobs, "queued", None)
+        if queued is not None:
+            return list(queued)
+        return [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
 
     def counted(self) -> list[str]:
         """The :meth:`active` jobs that count toward the target: all but those retiring at
         the end of their lifetime (their replacements count instead)."""
         if not self.retiring:
             return self.active()
-        return [j for j in self.active() if j not in self.retiring]
+        versions = (self.jobs.version, id(self.retiring),  # type: ignore[attr-defined]
+                    getattr(self.retiring, "version", None))
+        seen, found = self._counted
+        if versions != seen or versions[2] is None:
+            found = [j for j in self.active() if j not in self.retiring]
+            self._counted = (versions, found)
+        return list(found)
 
     def least_needed(self, job_ids: Iterable[str]) -> list[str]:
         """Jobs without a worker in the order to remove them: held first, then pending,
@@ -288,29 +362,45 @@ class ManagedPool:
 
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
-        try:
-            return self._by_name[worker_name]
-        except KeyError:
-            pass
-        found = None
-        prefix = self._name_prefix
-        if worker_name.startswith(prefix):
-            suffix = worker_name[len(prefix):]
-            if self._processes > 1 and "-" in suffix and suffix not in self._by_suffix:
-                suffix = suffix.rsplit("-", 1)[0]  # --nworkers k: NAME-0 .. NAME-k-1
-            found = self._by_suffix.get(suffix)
-        if len(self._by_name) > 100_000:
-            self._by_name.clear()
-        self._by_name[worker_name] = found
+        found = self._by_name.get(worker_name)
+        if found is not None or not worker_name.startswith(self._name_prefix):
+            return found  # another pool's worker (or no pool's) costs one prefix check
+        suffix = worker_name[len(self._name_prefix):]
+        if self._processes > 1 and "-" in suffix and suffix not in self._by_suffix:
+            suffix = suffix.rsplit("-", 1)[0]  # --nworkers k: NAME-0 .. NAME-k-1
+        found = self._by_suffix.get(suffix)
+        if found is not None:  # one not yet tracked (adopted jobs) is looked up again
+            if len(self._by_name) > 100_000:
+                self._by_name.clear()
+            self._by_name[worker_name] = found
         return found
+
+    def workers_by_job(self, live: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """Job id -> addresses of this pool's workers among ``live`` (address -> the
+        scheduler's identity of the worker)."""
+        out: dict[str, list[str]] = {}
+        known, prefix = self._by_name, self._name_prefix
+        for address, info in live.items():
+            name = info.get("name")
+            job_id = known.get(name)  # type: ignore[arg-type]
+            if job_id is None:
+                if not isinstance(name, str) or not name.startswith(prefix):
+                    continue  # another pool's worker
+                job_id = self.job_id_of_worker(name)
+                if job_id is None:
+                    continue
+            jobs = out.get(job_id)
+            if jobs is None:
+                out[job_id] = [address]
+            else:
+                jobs.append(address)
+        return out
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
         for status in statuses:
             self.jobs[status.job_id] = status
             self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
-        # a worker seen before its job was tracked (adopted jobs) is looked up again
-        self._by_name = {n: j for n, j in self._by_name.items() if j is not None}
 
     def staging_path(self) -> Path:
         """The staging directory (a would-be path before the first submission)."""
