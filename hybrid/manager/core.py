@@ -323,7 +323,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             pool.giving_up = asyncio.ensure_future(self._give_up(pool))
 
     async def _note_connected(self, pool: ManagedPool, job_ids: Iterable[str]) -> None:
-        new = set(job_ids) - pool._connected
+        # in the order found (a set's order would change with the string hashing, and so
+        # would which of the last arrival waits the pool keeps)
+        new = [j for j in dict.fromkeys(job_ids) if j not in pool._connected]
         if not new:
             return
         pool._connected.update(new)

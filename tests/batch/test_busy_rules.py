@@ -311,3 +311,26 @@ def test_a_pools_active_jobs_follow_every_change_of_its_job_table() -> None:
         assert sorted(pool.active()) == sorted(expected())
         seen.add(tuple(sorted(pool.active())))
     assert len(seen) > 4  # the changes did change the active list
+
+
+def test_arrival_waits_are_noted_in_the_order_the_workers_were_found() -> None:
+    """The replacement lead reads a pool's last 50 arrival waits, so which ones are kept
+    must not depend on Python's string hashing: the facility-day simulation gave two
+    different days under different ``PYTHONHASHSEED`` values while they were noted in the
+    order of a set."""
+    import asyncio
+
+    from hybrid.batch import JobState, JobStatus, get_system
+    from hybrid.manager import PoolManager
+    from hybrid.worker import Connection
+
+    manager = PoolManager("c1", Connection("tcp://127.0.0.1:1"), None)
+    pool = manager.add(PoolSpec.build("cpu", "local", cores=1, nanny=False),
+                       get_system("local"))
+    found = [f"job.{n}" for n in (7, 3, 11, 1, 25, 9, 14, 2, 30, 5, 18, 4, 21, 8, 16)]
+    for n, job_id in enumerate(found):
+        pool.track([JobStatus(job_id, JobState.pending, None, "c1", "cpu")])
+        pool._submitted[job_id] = -float(n)  # each a different wait
+    manager.clock = lambda: 0.0
+    asyncio.run(manager._note_connected(pool, dict.fromkeys(found)))
+    assert list(pool.arrival_waits) == [float(n) for n in range(len(found))]
