@@ -12,6 +12,7 @@ import contextlib
 import logging
 import uuid
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from distributed import Scheduler
@@ -154,10 +155,8 @@ class HybridCluster(ClusterViews, Cluster):
         if silence_logs is None:
             silence_logs = False if config.get("logging.verbose", False) else "warning"
         if silence_logs:
-            from distributed.utils import silence_logging_cmgr
-
             for root in ("distributed", "bokeh"):
-                self._quiet_logs.enter_context(silence_logging_cmgr(silence_logs, root=root))
+                self._quiet_logs.enter_context(_quieter(silence_logs, root))
         super().__init__(asynchronous=asynchronous, loop=loop, quiet=quiet, name=name)
         self._close_note = ""
         # how it ends, whatever ends the process (hybrid.lifecycle)
@@ -571,6 +570,24 @@ HybridCluster.add_pool.__doc__ = (
     ">>> cluster.add_pool('cpu', 'slurm', cores=4, memory='8 GiB', walltime='02:00',"
     "\n...                   job_script_prologue=['module load gcc'])  # doctest: +SKIP\n"
 )
+
+
+@contextlib.contextmanager
+def _quieter(level: str | int, name: str) -> Iterator[None]:
+    """distributed's ``silence_logging_cmgr``, but a handler also on the root logger keeps
+    its level: it is the caller's (pytest attaches its caplog handler to every logger that
+    does not propagate, ``bokeh`` too), and quieting it would silence everything it hears,
+    hybrid's own lines included, for the cluster's whole life."""
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+    shared = set(logging.getLogger().handlers)
+    with contextlib.ExitStack() as restore:
+        for handler in logging.getLogger(name).handlers:
+            if (isinstance(handler, logging.StreamHandler) and handler not in shared
+                    and handler.level != level):
+                restore.callback(handler.setLevel, handler.level)
+                handler.setLevel(level)
+        yield
 
 
 class _DeparturesUnsaid(logging.Filter):

@@ -75,3 +75,31 @@ def test_a_peer_reset_mid_handshake_is_said_while_open_and_not_while_closing(mon
 
     # and after the close, the listener's logger is as it was
     assert not logging.getLogger("distributed.comm.tcp").filters
+
+
+def test_a_handler_the_caller_shares_with_the_root_logger_keeps_its_level() -> None:
+    """A cluster quiets the StreamHandlers that distributed gave its own ``distributed`` and
+    ``bokeh`` loggers, not a handler the caller attached to the root logger as well (pytest
+    9 attaches its caplog handler to every non-propagating logger, ``bokeh`` included): it
+    lost hybrid's INFO lines for the cluster's whole life, and a test that read them
+    failed or passed with the order the test files ran in."""
+    from io import StringIO
+
+    root, bokeh = logging.getLogger(), logging.getLogger("bokeh")
+    shared = logging.StreamHandler(StringIO())
+    shared.setLevel(logging.INFO)
+    hybrid_logger = logging.getLogger("hybrid.test-quiet")
+    old_level = hybrid_logger.level
+    root.addHandler(shared)
+    bokeh.addHandler(shared)
+    try:
+        hybrid_logger.setLevel(logging.INFO)
+        with HybridCluster():
+            assert shared.level == logging.INFO
+            hybrid_logger.info("heard while the cluster runs")
+        assert shared.level == logging.INFO
+        assert "heard while the cluster runs" in shared.stream.getvalue()
+    finally:
+        root.removeHandler(shared)
+        bokeh.removeHandler(shared)
+        hybrid_logger.setLevel(old_level)
