@@ -323,11 +323,12 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             pool.giving_up = asyncio.ensure_future(self._give_up(pool))
 
     async def _note_connected(self, pool: ManagedPool, job_ids: Iterable[str]) -> None:
+        found = dict.fromkeys(job_ids)
+        if found.keys() <= pool._connected:
+            return  # (most steps: no worker joined)
         # in the order found (a set's order would change with the string hashing, and so
         # would which of the last arrival waits the pool keeps)
-        new = [j for j in dict.fromkeys(job_ids) if j not in pool._connected]
-        if not new:
-            return
+        new = [j for j in found if j not in pool._connected]
         pool._connected.update(new)
         pool.failures = 0
         now = self.clock()
