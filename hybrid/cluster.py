@@ -12,7 +12,6 @@ import contextlib
 import logging
 import uuid
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 from distributed import Scheduler
@@ -29,6 +28,7 @@ from hybrid.fields import Address, Interval, ListenPort, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import WORKERS, scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
+from hybrid.quiet_logs import DeparturesUnsaid, quieter
 from hybrid.security import (
     ClusterCredentials,
     attach_security,
@@ -156,7 +156,7 @@ class HybridCluster(ClusterViews, Cluster):
             silence_logs = False if config.get("logging.verbose", False) else "warning"
         if silence_logs:
             for root in ("distributed", "bokeh"):
-                self._quiet_logs.enter_context(_quieter(silence_logs, root))
+                self._quiet_logs.enter_context(quieter(silence_logs, root))
         super().__init__(asynchronous=asynchronous, loop=loop, quiet=quiet, name=name)
         self._close_note = ""
         # how it ends, whatever ends the process (hybrid.lifecycle)
@@ -324,7 +324,7 @@ class HybridCluster(ClusterViews, Cluster):
         if self.status == Status.closed:
             return
         problem: BaseException | None = None
-        departures = _DeparturesUnsaid(self.scheduler)
+        departures = DeparturesUnsaid(self.scheduler)
         try:
             if self.manager is not None:
                 await self.manager.stop()  # no adaptive step or refill from here on
@@ -570,48 +570,3 @@ HybridCluster.add_pool.__doc__ = (
     ">>> cluster.add_pool('cpu', 'slurm', cores=4, memory='8 GiB', walltime='02:00',"
     "\n...                   job_script_prologue=['module load gcc'])  # doctest: +SKIP\n"
 )
-
-
-@contextlib.contextmanager
-def _quieter(level: str | int, name: str) -> Iterator[None]:
-    """distributed's ``silence_logging_cmgr``, but a handler also on the root logger keeps
-    its level: it is the caller's (pytest attaches its caplog handler to every logger that
-    does not propagate, ``bokeh`` too), and quieting it would silence everything it hears,
-    hybrid's own lines included, for the cluster's whole life."""
-    if isinstance(level, str):
-        level = logging.getLevelName(level.upper())
-    shared = set(logging.getLogger().handlers)
-    with contextlib.ExitStack() as restore:
-        for handler in logging.getLogger(name).handlers:
-            if (isinstance(handler, logging.StreamHandler) and handler not in shared
-                    and handler.level != level):
-                restore.callback(handler.setLevel, handler.level)
-                handler.setLevel(level)
-        yield
-
-
-class _DeparturesUnsaid(logging.Filter):
-    """While a cluster closes, its scheduler's listener says nothing about the peers that
-    leave with it: a worker stopped half-way through opening a connection makes the listener
-    warn ``TLS handshake failed ... Connection reset by peer``, which is how a close goes, not
-    a fault. Only this scheduler's listener lines, only while it closes (``close()``); shown
-    with ``hybrid.logging.verbose``."""
-
-    _LOGGER = "distributed.comm.tcp"
-
-    def __init__(self, scheduler: Scheduler | None) -> None:
-        super().__init__()
-        self._prefixes = tuple(f"Listener on {listener.listen_address!r}"
-                               for listener in getattr(scheduler, "listeners", ()))
-        self._active = bool(self._prefixes) and not config.get("logging.verbose", False)
-        if self._active:
-            logging.getLogger(self._LOGGER).addFilter(self)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno <= logging.WARNING
-                    and record.getMessage().startswith(self._prefixes))
-
-    def close(self) -> None:
-        if self._active:
-            self._active = False
-            logging.getLogger(self._LOGGER).removeFilter(self)

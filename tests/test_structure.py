@@ -23,7 +23,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "hybrid.scheduler_probe")),
     ("fields", ("hybrid.fields",)),
     ("config", ("hybrid.config", "hybrid")),
-    ("lifecycle", ("hybrid.lifecycle",)),
+    ("lifecycle", ("hybrid.lifecycle", "hybrid.quiet_logs")),
     ("routing and templates", ("hybrid.routing", "hybrid.templates", "hybrid.gpusharing")),
     ("the model", ("hybrid.resources", "hybrid.lifetimes", "hybrid.pools")),
     ("the worker command", ("hybrid.worker",)),

@@ -1,0 +1,60 @@
+"""What a cluster keeps out of its caller's log: distributed's and bokeh's chatter while it
+runs (:func:`quieter`), and the listener's lines about the peers that leave with it while
+it closes (:class:`DeparturesUnsaid`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from hybrid import config
+
+if TYPE_CHECKING:
+    from distributed import Scheduler
+
+
+@contextlib.contextmanager
+def quieter(level: str | int, name: str) -> Iterator[None]:
+    """distributed's ``silence_logging_cmgr``, but a handler also on the root logger keeps
+    its level: it is the caller's (pytest attaches its caplog handler to every logger that
+    does not propagate, ``bokeh`` too), and quieting it would silence everything it hears,
+    hybrid's own lines included, for the cluster's whole life."""
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+    shared = set(logging.getLogger().handlers)
+    with contextlib.ExitStack() as restore:
+        for handler in logging.getLogger(name).handlers:
+            if (isinstance(handler, logging.StreamHandler) and handler not in shared
+                    and handler.level != level):
+                restore.callback(handler.setLevel, handler.level)
+                handler.setLevel(level)
+        yield
+
+
+class DeparturesUnsaid(logging.Filter):
+    """While a cluster closes, its scheduler's listener says nothing about the peers that
+    leave with it: a worker stopped half-way through opening a connection makes the listener
+    warn ``TLS handshake failed ... Connection reset by peer``, which is how a close goes, not
+    a fault. Only this scheduler's listener lines, only while it closes (``close()``); shown
+    with ``hybrid.logging.verbose``."""
+
+    _LOGGER = "distributed.comm.tcp"
+
+    def __init__(self, scheduler: Scheduler | None) -> None:
+        super().__init__()
+        self._prefixes = tuple(f"Listener on {listener.listen_address!r}"
+                               for listener in getattr(scheduler, "listeners", ()))
+        self._active = bool(self._prefixes) and not config.get("logging.verbose", False)
+        if self._active:
+            logging.getLogger(self._LOGGER).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.WARNING
+                    and record.getMessage().startswith(self._prefixes))
+
+    def close(self) -> None:
+        if self._active:
+            self._active = False
+            logging.getLogger(self._LOGGER).removeFilter(self)
