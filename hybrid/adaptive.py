@@ -62,7 +62,6 @@ class PoolAdaptive(AdaptiveCore):
         self.steps = 0
         self._connected: set[str] = set()
         self._plan: set[str] | None = None
-        self._stepping = False
         self._step_workers: tuple[dict, dict[str, list[str]]] | None = None
         self._callback: PeriodicCallback | None = None
 
@@ -148,14 +147,11 @@ class PoolAdaptive(AdaptiveCore):
 
     async def _workers(self) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
         """The scheduler's workers and this pool's (job id -> addresses), as the step
-        found them (asked once per step; a call outside a step asks now)."""
-        found = self._step_workers
-        if found is None:
-            live = await self.manager.live_workers()
-            found = live, await self.manager.pool_workers(self.pool, live)
-            if self._stepping:
-                self._step_workers = found
-        return found
+        found them (a call outside a step asks now)."""
+        if self._step_workers is not None:
+            return self._step_workers
+        live = await self.manager.live_workers()
+        return live, await self.manager.pool_workers(self.pool, live)
 
     async def scale_up(self, n: int) -> None:
         """Submit jobs up to ``n`` counting toward the target (``n`` is at most
@@ -186,11 +182,12 @@ class PoolAdaptive(AdaptiveCore):
     async def adapt(self) -> None:
         """One step: reconcile the jobs, then ``AdaptiveCore.adapt`` (errors are reported)."""
         self.steps += 1
-        self._stepping, self._step_workers = True, None
+        self._step_workers = None
         try:
             await self.manager.refresh(self.pool)
             self._plan = None
-            self._connected = set((await self._workers())[1])
+            self._step_workers = await self._workers()  # asked once per step
+            self._connected = set(self._step_workers[1])
             await super().adapt()
             self._plan = None
             self.pool.target = len(self.plan)
@@ -201,7 +198,7 @@ class PoolAdaptive(AdaptiveCore):
             self.errors.append(str(error))
             logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
         finally:
-            self._stepping, self._step_workers = False, None
+            self._step_workers = None
         if self.pool.failed:
             self.stop()
 

@@ -216,7 +216,6 @@ class JobTable(CountingDict):
     def update(self, *args: Any, **kwargs: Any) -> None:
         for job_id, status in dict(*args, **kwargs).items():
             self[job_id] = status
-        self.version += 1
 
     def clear(self) -> None:
         self.queued.clear()
@@ -289,7 +288,6 @@ class ManagedPool:
         #: When each running job's worker drains: job id -> (its start, the drain time).
         self._drain_times: dict[str, tuple[float, float]] = {}
         self._last_logged: Any = None
-        self._last_seen: Any = None
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
         #: Worker name -> its job id here, as found (names of no job here are not kept).
@@ -322,20 +320,16 @@ class ManagedPool:
     def active(self) -> list[str]:
         """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
         jobs being removed are not listed)."""
-        queued = getattr(self.jobs, "queued", None)
-        if queued is not None:
-            return list(queued)
-        return [j for j, s in self.jobs.items() if s.state in QUEUED_STATES]
+        return list(self.jobs.queued)  # type: ignore[attr-defined]
 
     def counted(self) -> list[str]:
         """The :meth:`active` jobs that count toward the target: all but those retiring at
         the end of their lifetime (their replacements count instead)."""
         if not self.retiring:
             return self.active()
-        versions = (self.jobs.version, id(self.retiring),  # type: ignore[attr-defined]
-                    getattr(self.retiring, "version", None))
+        versions = (self.jobs.version, self.retiring.version)  # type: ignore[attr-defined]
         seen, found = self._counted
-        if versions != seen or versions[2] is None:
+        if versions != seen:
             found = [j for j in self.active() if j not in self.retiring]
             self._counted = (versions, found)
         return list(found)
@@ -379,16 +373,13 @@ class ManagedPool:
         """Job id -> addresses of this pool's workers among ``live`` (address -> the
         scheduler's identity of the worker)."""
         out: dict[str, list[str]] = {}
-        known, prefix = self._by_name, self._name_prefix
+        known = self._by_name  # (a worker seen before: one lookup)
         for address, info in live.items():
             name = info.get("name")
-            job_id = known.get(name)  # type: ignore[arg-type]
+            job_id = known.get(name) or (  # type: ignore[call-overload]
+                self.job_id_of_worker(name) if isinstance(name, str) else None)
             if job_id is None:
-                if not isinstance(name, str) or not name.startswith(prefix):
-                    continue  # another pool's worker
-                job_id = self.job_id_of_worker(name)
-                if job_id is None:
-                    continue
+                continue
             jobs = out.get(job_id)
             if jobs is None:
                 out[job_id] = [address]

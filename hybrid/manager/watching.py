@@ -182,14 +182,7 @@ class JobWatch:
 
     def _log_change(self, pool: ManagedPool) -> None:
         """One INFO line whenever the pool's jobs by state (or its reasons) changed."""
-        seen = (id(pool.jobs), getattr(pool.jobs, "version", None), pool.target,
-                len(pool.retiring), pool.evictions, pool.failed)
-        if seen[1] is not None and seen == pool._last_seen:
-            return  # not one job changed since the last call: no count to redo
-        pool._last_seen = seen
-        states = getattr(pool.jobs, "by_state_reason", None)
-        if states is None:
-            states = Counter((s.state, s.reason) for s in pool.jobs.values())
+        states = pool.jobs.by_state_reason  # type: ignore[attr-defined]
         by_state: Counter = Counter()
         for (state, _), count in states.items():
             by_state[state] += count
