@@ -28,7 +28,7 @@ from hybrid.fields import Address, Interval, ListenPort, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import WORKERS, scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
-from hybrid.quiet_logs import DeparturesUnsaid, quieter
+from hybrid.quiet_logs import DeparturesUnsaid, log_level, quieter
 from hybrid.security import (
     ClusterCredentials,
     attach_security,
@@ -155,8 +155,9 @@ class HybridCluster(ClusterViews, Cluster):
         if silence_logs is None:
             silence_logs = False if config.get("logging.verbose", False) else "warning"
         if silence_logs:
+            level = log_level(silence_logs, "HybridCluster.silence_logs")
             for root in ("distributed", "bokeh"):
-                self._quiet_logs.enter_context(quieter(silence_logs, root))
+                self._quiet_logs.enter_context(quieter(level, root))
         super().__init__(asynchronous=asynchronous, loop=loop, quiet=quiet, name=name)
         self._close_note = ""
         # how it ends, whatever ends the process (hybrid.lifecycle)

@@ -10,19 +10,27 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from hybrid import config
+from hybrid.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from distributed import Scheduler
 
 
+def log_level(value: str | int, field: str) -> int:
+    """``value`` (a level's name, any case, or its number) as a logging level number."""
+    number = logging.getLevelName(value.upper()) if isinstance(value, str) else value
+    if not isinstance(number, int):
+        raise ConfigurationError(field, value, "a logging level: 'debug', 'info', 'warning', "
+                                 "'error', 'critical' or a number", "False quiets nothing.")
+    return number
+
+
 @contextlib.contextmanager
-def quieter(level: str | int, name: str) -> Iterator[None]:
+def quieter(level: int, name: str) -> Iterator[None]:
     """distributed's ``silence_logging_cmgr``, but a handler also on the root logger keeps
     its level: it is the caller's (pytest attaches its caplog handler to every logger that
     does not propagate, ``bokeh`` too), and quieting it would silence everything it hears,
     hybrid's own lines included, for the cluster's whole life."""
-    if isinstance(level, str):
-        level = logging.getLevelName(level.upper())
     shared = set(logging.getLogger().handlers)
     with contextlib.ExitStack() as restore:
         for handler in logging.getLogger(name).handlers:

@@ -103,3 +103,10 @@ def test_a_handler_the_caller_shares_with_the_root_logger_keeps_its_level() -> N
         root.removeHandler(shared)
         bokeh.removeHandler(shared)
         hybrid_logger.setLevel(old_level)
+
+
+def test_an_unknown_log_level_is_refused_by_name_before_anything_starts() -> None:
+    from hybrid.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"silence_logs = 'bogus'.*'warning'"):
+        HybridCluster(silence_logs="bogus")
