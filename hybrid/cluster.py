@@ -90,7 +90,8 @@ class HybridCluster(ClusterViews, Cluster):
     silence_logs : str or int or bool, optional
         The level of ``distributed``'s console messages while the cluster runs, as
         ``LocalCluster``'s: default ``"warning"`` (``hybrid.logging.verbose: true``: none
-        silenced); ``False`` leaves them alone.
+        silenced); ``False`` leaves them alone. A handler the caller also attached to
+        the root logger keeps its own level.
     """
 
     def __init__(
