@@ -253,6 +253,10 @@ class SimulatedScheduler:
         return self.sim.identity
 
     @_double
+    async def get_metadata(self, keys: list[str], default: Any = None) -> Any:
+        return default  # no other client closes a simulated cluster
+
+    @_double
     async def run_function(self, function: bytes, args: bytes, kwargs: bytes,
                            wait: bool = True) -> dict[str, Any]:
         name = self.names.get(function)

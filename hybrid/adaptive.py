@@ -88,6 +88,8 @@ class PoolAdaptive(AdaptiveCore):
         """Jobs the pool should have for the demand for its resource (its share, when it is
         in an order of preference)."""
         probe = await self.manager.probe()
+        if self.manager.closing_elsewhere:  # another client shuts the cluster down
+            return len(self.plan)
         self._busy = probe["busy"]
         self._holds = probe.get("holds", {})
         demand = probe["demand"].get(self.pool.resource, 0)
@@ -159,7 +161,8 @@ class PoolAdaptive(AdaptiveCore):
         replacement goes out ahead of time, while it drains. The jobs are counted as the
         step's refresh found them (a job that ended since is seen by the next step: it can
         only make this step submit less, never more)."""
-        await self.manager.scale(self.pool, n, refresh=False)
+        if not self.manager.closing_elsewhere:
+            await self.manager.scale(self.pool, n, refresh=False)
         self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 #: Tasks that can run now (on a worker, queued on the scheduler, or waiting for a worker
 #: that can run them); "waiting" tasks still wait for their dependencies.
 _BACKLOG_STATES = ("no-worker", "queued", "processing")
+#: The scheduler metadata key a closing client sets before it removes the cluster's jobs:
+#: the managers of its other clients then replace and add none.
+CLOSING_KEY = "hybrid-closing"
 
 
 def resource_demand(dask_scheduler=None, resource_names=("GPU", "notGPU")) -> dict:
     """Per resource: tasks that can run now (queued, waiting for a worker, or running) and
     need it, and the unrestricted count; per worker name: tasks it runs (``busy``) and
-    results it holds (``holds``)."""
+    results it holds (``holds``); ``closing``: whether a client is closing the cluster."""
     demand = {name: 0 for name in resource_names}
     unrestricted = 0
     for ts in dask_scheduler.tasks.values():
@@ -33,7 +36,9 @@ def resource_demand(dask_scheduler=None, resource_names=("GPU", "notGPU")) -> di
     for ws in dask_scheduler.workers.values():
         busy[str(ws.name)] = len(ws.processing) + len(getattr(ws, "long_running", ()))
         holds[str(ws.name)] = len(ws.has_what)
-    return {"demand": demand, "unrestricted": unrestricted, "busy": busy, "holds": holds}
+    closing = bool(dask_scheduler.task_metadata.get(CLOSING_KEY))
+    return {"demand": demand, "unrestricted": unrestricted, "busy": busy, "holds": holds,
+            "closing": closing}
 
 
 def fail_unrunnable(dask_scheduler=None, resources=(), message="") -> int:

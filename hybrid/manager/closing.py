@@ -8,12 +8,23 @@ names the leftover jobs and the command that removes them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from typing import Any
 
 from hybrid.batch import JobState, JobStatus
 from hybrid.batch.staging import remove_staging_of
 from hybrid.errors import BatchError, CleanupFailed
 from hybrid.manager.pool import ManagedPool, short_ids
+from hybrid.scheduler_probe import CLOSING_KEY
+
+logger = logging.getLogger("hybrid.manager")
+
+#: Seconds the scheduler has to take the word that the cluster closes.
+SAY_CLOSING_WITHIN = 5.0
+#: Seconds after which a job still listed as queued or running is asked to leave again.
+REMOVE_AGAIN_AFTER = 5.0
 
 
 class Closing:
@@ -22,6 +33,7 @@ class Closing:
 
     cluster: str
     pools: dict[str, ManagedPool]
+    scheduler: Any
 
     async def close(self, timeout: float = 60) -> int:
         """Remove every job of every pool, confirm with the batch systems, drop staging.
@@ -33,6 +45,7 @@ class Closing:
         """
         await self.stop()
         self._closed = True
+        await self._say_closing()
         problems: list[str] = []
         used = [p for p in self.pools.values() if p.used]
         # pools whose jobs may still run keep their files (a local job's record, the logs)
@@ -63,6 +76,33 @@ class Closing:
             raise CleanupFailed("closing left work behind: " + "; ".join(problems))
         return removed
 
+    closing_elsewhere: bool
+
+    def note_closing_elsewhere(self) -> None:
+        """Another client is closing the cluster: submit nothing more (said once)."""
+        if not self.closing_elsewhere:
+            self.closing_elsewhere = True
+            logger.info("cluster %s is being shut down by another of its clients: its jobs "
+                        "are no longer replaced or added", self.cluster)
+
+    async def closing_said(self) -> bool:
+        """Whether another client has said on the scheduler that it closes the cluster (it
+        says so before it removes any job): then nothing more is submitted."""
+        if await self.scheduler.get_metadata(keys=[CLOSING_KEY], default=False):
+            self.note_closing_elsewhere()
+        return self.closing_elsewhere
+
+    async def _say_closing(self) -> None:
+        """Tell the cluster's other clients, through its scheduler, before any job goes: their
+        managers read it before they replace a job or scale up, so none refills what this
+        close removes (a notebook's view while a script shuts the cluster down)."""
+        try:
+            await asyncio.wait_for(self.scheduler.set_metadata(keys=[CLOSING_KEY], value=True),
+                                   SAY_CLOSING_WITHIN)
+        except Exception as error:  # a scheduler that is gone has no other client to tell
+            logger.debug("cluster %s: cannot mark it closing on its scheduler: %s",
+                         self.cluster, error)
+
     async def _close_pool(self, pool: ManagedPool, timeout: float,
                           problems: list[str]) -> int:
         """Remove the pool's jobs and wait until the system lists none: how many were
@@ -77,14 +117,26 @@ class Closing:
                           *pool.active()})
             if ids:
                 await self.remove(pool, ids)
-            deadline = time.monotonic() + timeout
+            asked = set(ids)
+            now = time.monotonic()
+            deadline, again = now + timeout, now + REMOVE_AGAIN_AFTER
             pause = 0.05
             while True:
                 left = ours(await self.call(pool.system.query, cluster=self.cluster))
                 if not left:
                     pool.jobs.clear()
-                    return len(ids)
-                if time.monotonic() > deadline:
+                    return len(asked)
+                now = time.monotonic()
+                # a job submitted meanwhile (another client's manager, before it learned
+                # that the cluster closes), or one still queued or running a while after its
+                # removal (a removal the batch system lost): asked (again) to leave
+                staying = [s.job_id for s in left if s.state is not JobState.removing
+                           and (s.job_id not in asked or now >= again)]
+                if staying:
+                    await self._remove_again(pool, staying, asked)
+                    if now >= again:
+                        again = now + REMOVE_AGAIN_AFTER
+                if now > deadline:
                     problems.append(
                         f"pool {pool.name}: {len(left)} job(s) still listed after removal: "
                         + ", ".join(f"{s.job_id} ({s.state.value})" for s in left)
@@ -98,6 +150,17 @@ class Closing:
                      if tracked else f"`{command}` removes any job left")
             problems.append(f"pool {pool.name}: {error} ({where})")
             return -1
+
+    async def _remove_again(self, pool: ManagedPool, job_ids: list[str],
+                            asked: set[str]) -> None:
+        """Remove jobs found while closing; a failure is left to the deadline to report."""
+        fresh = [j for j in job_ids if j not in asked]
+        logger.info("pool %s: %s while the cluster closes: removing %s", pool.name,
+                    "new job(s) listed" if fresh else "job(s) still listed",
+                    short_ids(job_ids))
+        asked.update(job_ids)
+        with contextlib.suppress(BatchError, OSError):
+            await self.remove(pool, job_ids)
 
     def shutdown_executor(self) -> None:
         """Release the manager's threads (after :meth:`stop`, when the jobs stay)."""

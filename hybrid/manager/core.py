@@ -94,6 +94,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         self.observers: list[Callable[[], Awaitable[None]]] = []
         #: Reconcile passes so far (each ``hybrid.batch.poll-interval``).
         self.passes = 0
+        #: Whether another client is shutting the cluster down (:meth:`closing_said`).
+        self.closing_elsewhere = False
 
     # ------------------------------------------------------------------ pools
     def add(self, spec: PoolSpec, system: BatchSystem | None = None) -> ManagedPool:
@@ -170,6 +172,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             return []
         if pool.failed:
             raise PoolFailed(f"pool {pool.name} gave up: {pool.failed}")
+        if self.closing_elsewhere:
+            raise HybridError(f"cluster {self.cluster} is being shut down by another of its "
+                              "clients: no job is submitted; start another cluster")
         if pool.staging is None:
             pool.staging = await self.call(Staging.create, pool.job)
         try:
@@ -377,8 +382,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         """Demand per resource and per-worker load, computed on the scheduler."""
         from hybrid import scheduler_probe
 
-        return await self._run_on_scheduler(scheduler_probe.resource_demand,
-                                            resource_names=(GPU, NOT_GPU))
+        result = await self._run_on_scheduler(scheduler_probe.resource_demand,
+                                              resource_names=(GPU, NOT_GPU))
+        if result.get("closing"):
+            self.note_closing_elsewhere()
+        return result
 
     async def _run_on_scheduler(self, function: Callable, **kwargs: Any) -> Any:
         import cloudpickle
@@ -508,12 +516,14 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         missing = pool.target - len(pool.counted())
         if pool.adaptive is not None or missing <= 0:
             return
-        try:  # replacements only for a scheduler that answers: none would join a dead one
-            await asyncio.wait_for(self.live_workers(), SCHEDULER_ANSWERS_WITHIN)
+        try:  # replacements only for a scheduler that answers (none would join a dead one)
+            closing = await asyncio.wait_for(self.closing_said(), SCHEDULER_ANSWERS_WITHIN)
         except (OSError, asyncio.TimeoutError) as error:
             logger.warning("pool %s: %d of its %d job(s) are gone; not replaced, the "
                            "scheduler does not answer (%s)", pool.name, missing, pool.target,
                            error)
+            return
+        if closing:  # nor while another client shuts the cluster down
             return
         retiring = sum(1 for j in pool.retiring if j in pool.jobs)
         logger.info("pool %s: %d of its %d job(s) %s; submitting replacements", pool.name,

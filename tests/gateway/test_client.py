@@ -432,15 +432,18 @@ def test_connect_to_a_cluster_made_without_hybrid_then_add_a_pool(htc_gateway, s
 
 
 def test_each_kind_of_scheduler_metadata_has_its_own_key() -> None:
-    """The pools' specs (read back by connect), the admin's limits and the dashboard's
-    snapshot live under different keys: sharing one made connect() read the snapshot as
-    pools "written by another version of hybrid"."""
+    """The pools' specs (read back by connect), the admin's limits, the dashboard's
+    snapshot, the clients' heartbeats and the word that a client closes the cluster live
+    under different keys: sharing one made connect() read the snapshot as pools "written by
+    another version of hybrid"."""
     from hybrid.dashboard import POOLS_METADATA_KEY
-    from hybrid.gateway.options import LIMITS_KEY, METADATA_KEY
-    from hybrid.gateway_server.scheduler import LIMITS_METADATA_KEY
+    from hybrid.gateway.options import HEARTBEAT_KEY, LIMITS_KEY, METADATA_KEY
+    from hybrid.gateway_server.scheduler import CLIENT_HEARTBEAT_KEY, LIMITS_METADATA_KEY
+    from hybrid.scheduler_probe import CLOSING_KEY
 
-    assert LIMITS_KEY == LIMITS_METADATA_KEY
-    assert len({METADATA_KEY, LIMITS_KEY, POOLS_METADATA_KEY}) == 3
+    assert LIMITS_KEY == LIMITS_METADATA_KEY and HEARTBEAT_KEY == CLIENT_HEARTBEAT_KEY
+    keys = {METADATA_KEY, LIMITS_KEY, POOLS_METADATA_KEY, HEARTBEAT_KEY, CLOSING_KEY}
+    assert len(keys) == 5
 
 
 def test_an_order_of_preference_on_a_gateway_cluster(htc_gateway, staging) -> None:

@@ -123,6 +123,7 @@ def test_seed_003_fermilab_usage_with_real_htcondor_workers(htcondor_pool, site)
         from hybrid import HTCGateway  # was: from htcdaskgateway import HTCGateway
         gateway = HTCGateway()
         cluster = gateway.new_cluster()
+        made = cluster  # (the test's: the seed's first view, closed after the seed's lines)
         cluster  # noqa: B018  (the seed displays it)
         # Scale my cluster to 5 HTCondor workers
         cluster.scale(5)
@@ -145,11 +146,17 @@ def test_seed_003_fermilab_usage_with_real_htcondor_workers(htcondor_pool, site)
             cluster  # noqa: B018
             # To gracefully close the cluster and remove HTCondor worker jobs associated to it:
             cluster.shutdown()
+            # the first view learned that the cluster closes: it replaced no removed job
+            assert made.pools["htcondor"].submit_calls == 1
         finally:
+            client.close()
+            made.close()
             get_system("htcondor").remove_cluster(name)
-            gateway.close()
-    assert condor_jobs(name) == []
-    assert name not in {report.name for report in gateway.list_clusters()}
+    try:
+        assert condor_jobs(name) == []
+        assert name not in {report.name for report in gateway.list_clusters()}
+    finally:
+        gateway.close()
 
 
 def seed_001_new_cluster(address: str, proxy_address: str, project: str):
