@@ -94,7 +94,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         self.observers: list[Callable[[], Awaitable[None]]] = []
         #: Reconcile passes so far (each ``hybrid.batch.poll-interval``).
         self.passes = 0
-        #: Whether another client is shutting the cluster down (:meth:`closing_said`).
+        #: Whether another client is shutting the cluster down (see ``closing_said``).
         self.closing_elsewhere = False
 
     # ------------------------------------------------------------------ pools
