@@ -21,8 +21,9 @@ from hybrid.scheduler_probe import CLOSING_KEY
 
 logger = logging.getLogger("hybrid.manager")
 
-#: Seconds the scheduler has to take the word that the cluster closes.
-SAY_CLOSING_WITHIN = 5.0
+#: Seconds the scheduler has to take the word that the cluster closes (one that is gone
+#: costs this much, overlapped with the first listing of the jobs).
+SAY_CLOSING_WITHIN = 2.0
 #: Seconds after which a job still listed as queued or running is asked to leave again.
 REMOVE_AGAIN_AFTER = 5.0
 
@@ -45,15 +46,17 @@ class Closing:
         """
         await self.stop()
         self._closed = True
-        await self._say_closing()
+        # said while the pools list their jobs; awaited before any removal
+        said = asyncio.ensure_future(self._say_closing())
         problems: list[str] = []
         used = [p for p in self.pools.values() if p.used]
         # pools whose jobs may still run keep their files (a local job's record, the logs)
         left = {pool.name for pool in used}
         removed = 0
         try:
-            counts = await asyncio.gather(*(self._close_pool(pool, timeout, problems)
+            counts = await asyncio.gather(*(self._close_pool(pool, timeout, problems, said)
                                             for pool in used))
+            await said
             removed = sum(c for c in counts if c > 0)
             left = {pool.name for pool, count in zip(used, counts, strict=True) if count < 0}
             closed: set[int] = set()
@@ -65,6 +68,7 @@ class Closing:
                     except Exception as error:
                         problems.append(f"{pool.system.name}: {error}")
         finally:
+            said.cancel()  # (done by now, unless the close itself was cancelled)
             for pool in self.pools.values():
                 if pool.staging is not None and pool.name not in left:
                     pool.staging.remove()
@@ -103,8 +107,8 @@ class Closing:
             logger.debug("cluster %s: cannot mark it closing on its scheduler: %s",
                          self.cluster, error)
 
-    async def _close_pool(self, pool: ManagedPool, timeout: float,
-                          problems: list[str]) -> int:
+    async def _close_pool(self, pool: ManagedPool, timeout: float, problems: list[str],
+                          said: asyncio.Future) -> int:
         """Remove the pool's jobs and wait until the system lists none: how many were
         removed, or -1 when some may still run (the problem is in ``problems``)."""
         def ours(statuses: list[JobStatus]) -> list[JobStatus]:
@@ -115,6 +119,7 @@ class Closing:
             listed = ours(await self.call(pool.system.query, cluster=self.cluster))
             ids = sorted({*(s.job_id for s in listed if s.state is not JobState.removing),
                           *pool.active()})
+            await asyncio.shield(said)
             if ids:
                 await self.remove(pool, ids)
             asked = set(ids)
