@@ -6,6 +6,9 @@ Variants, each one repetition per configuration (system, n), interleaved:
   (TLS with client certificates, a temporary CA made for each cluster; no nanny, no worker
   dashboard; on HTCondor the job's files are spooled and transferred).
 - ``hybrid (plain TCP)``: the same with ``security=False``: what TLS costs.
+- ``hybrid without memory watch``: the same as ``hybrid`` with Dask's
+  ``distributed.worker.memory.terminate: false`` for the workers, so the job script does not
+  watch the worker's memory (every 0.5 s): what the watch costs.
 - ``hybrid with nanny``: the same as ``hybrid`` with a nanny and a dashboard per worker, as
   dask-jobqueue's.
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
@@ -55,6 +58,9 @@ class Variant:
 VARIANTS: tuple[Variant, ...] = (
     Variant("hybrid", launchers.hybrid_once),
     Variant("hybrid (plain TCP)", lambda s, n, d: launchers.hybrid_once(s, n, d, tls=False)),
+    Variant("hybrid without memory watch", lambda s, n, d: launchers.hybrid_once(
+        s, n, d, settings={"hybrid.worker-dask-config": {
+            "distributed.worker.memory.terminate": False}})),
     Variant("hybrid with nanny", lambda s, n, d: launchers.hybrid_once(
         s, n, d, nanny=True, dashboard=True)),
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
