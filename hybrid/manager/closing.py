@@ -35,6 +35,7 @@ class Closing:
     cluster: str
     pools: dict[str, ManagedPool]
     scheduler: Any
+    closing_elsewhere: bool
 
     async def close(self, timeout: float = 60) -> int:
         """Remove every job of every pool, confirm with the batch systems, drop staging.
@@ -79,8 +80,6 @@ class Closing:
         if problems:
             raise CleanupFailed("closing left work behind: " + "; ".join(problems))
         return removed
-
-    closing_elsewhere: bool
 
     def note_closing_elsewhere(self) -> None:
         """Another client is closing the cluster: submit nothing more (said once)."""
