@@ -34,13 +34,7 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob, get_system
 from hybrid.batch.jobs import ACTIVE_STATES
-from hybrid.errors import (
-    BatchError,
-    ConfigurationError,
-    HybridError,
-    PoolFailed,
-    ToolMissing,
-)
+from hybrid.errors import BatchError, ConfigurationError, HybridError, PoolFailed, ToolMissing
 from hybrid.manager.closing import Closing
 from hybrid.manager.lifetime import Lifetimes
 from hybrid.manager.pool import ManagedPool, PoolStatus, short_ids
@@ -551,7 +545,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                                          resources=tuple(orphaned), message=message)
 
     async def _reconcile_forever(self, interval: float) -> None:
-        while not self._closed:
+        me = asyncio.current_task()
+        while not self._closed and self._reconciler is me:
             await asyncio.sleep(interval)
             self.passes += 1
             live = None
@@ -591,8 +586,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 pool.adaptive.stop()
                 pool.adaptive = None
         task, self._reconciler = self._reconciler, None
-        if task is not None:
+        while task is not None and not task.done():
+            # again until it ends: Python 3.11's wait_for drops a cancel that lands as the
+            # call it bounds finishes (the reconciler also ends at its next round)
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=0.1)
+        if task is not None and not task.cancelled():
+            task.result()
 

@@ -1,0 +1,58 @@
+"""Stopping the pool manager's reconciler always ends it (CI once hung a cluster's close for
+300 s there): on Python 3.11, ``asyncio.wait_for`` returns its result and drops a cancellation
+that lands in the loop step where the call it bounds finishes, so one ``cancel()`` of the
+reconciler can be lost and the reconciler goes on forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import dask
+import pytest
+
+from hybrid.manager import PoolManager
+from hybrid.worker import Connection
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class StopAsIdentityAnswers:
+    """Test double for the scheduler's rpc: it answers ``identity`` at once and, the first
+    time, starts ``manager.stop()`` in the same loop step, so the stop's cancellation reaches
+    the reconciler while its bounded ``identity`` call has just finished (the race that a
+    busy machine hits by chance)."""
+
+    def __init__(self) -> None:
+        self.manager: PoolManager | None = None
+        self.stopping: asyncio.Future | None = None
+        self.calls = 0
+
+    async def identity(self) -> dict[str, Any]:
+        self.calls += 1
+        if self.stopping is None:
+            self.stopping = asyncio.ensure_future(self.manager.stop())
+        return {"workers": {}}
+
+    async def get_metadata(self, keys: list[str], default: Any = None) -> Any:
+        return default
+
+
+def test_stop_ends_the_reconciler_even_when_its_cancel_meets_a_finished_call() -> None:
+    async def scenario() -> tuple[int, int]:
+        scheduler = StopAsIdentityAnswers()
+        manager = PoolManager("c1", Connection("tcp://127.0.0.1:1"), scheduler)
+        scheduler.manager = manager
+        manager.start()
+        while scheduler.stopping is None:
+            await asyncio.sleep(0.01)
+        done, _ = await asyncio.wait({scheduler.stopping}, timeout=10)
+        assert scheduler.stopping in done, "stop() did not end the reconciler"
+        calls = scheduler.calls
+        await asyncio.sleep(0.5)  # five more poll intervals: nothing reconciles any more
+        return calls, scheduler.calls
+
+    with dask.config.set({"hybrid.batch.poll-interval": "0.1s"}):
+        before, after = asyncio.run(scenario())
+    assert after == before
