@@ -30,6 +30,15 @@ BUSY = os.environ.get("HYBRID_CI_SLURM_BUSY_PARTITION", "busy")
 FAST_POLLS = {"hybrid.batch.poll-interval": "1s"}
 
 
+def job_logs(pool) -> str:
+    """The pool's job logs as they are now (staging goes when the cluster closes): what a
+    failed assertion shows."""
+    staging = pool.staging.path if pool.staging is not None else None
+    logs = sorted(staging.glob("worker-*.log")) if staging is not None else []
+    return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
+                     for log in logs) or "(no job log)"
+
+
 def slurm_states(cluster: str) -> dict[str, str]:
     """Job id -> Slurm state of the cluster's active jobs, as squeue lists them now."""
     out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i|%T|%k"],
@@ -120,13 +129,18 @@ def test_a_requeued_slurm_job_is_an_eviction_not_a_failure_and_its_task_reruns(
             assert status.jobs["pending"] == 1 and "BeginTime" in status.reasons["pending"]
             assert status.evictions == 1 and "1 evicted so far" in status.summary()
             assert pool.failures == 0 and pool.failed is None and pool.submit_calls == 1
-            subprocess.run(["scontrol", "update", f"JobId={victim}", "StartTime=now"],
-                           check=True)  # the queue lets it start again now
+            # the queue lets it start again, from the next second on: slurmd refuses a job
+            # whose credential was made in the second its previous run's was revoked (the
+            # requeue; seconds resolution), and the run then fails at once ("Job credential
+            # revoked", exit 1). Slurm's own begin time for a requeued job avoids that; "now"
+            # sometimes did not (CI).
+            subprocess.run(["scontrol", "update", f"JobId={victim}", "StartTime=now+1"],
+                           check=True)
             cluster.wait_for_workers(2, timeout=120, progress=False)
             assert client.gather(futures) == [0, 1]
             runs = runs_per_key(client)
             assert sorted(runs.values()) == [1, 2]  # the evicted worker's task ran again
-        assert pool.failures == 0 and pool.submit_calls == 1
+        assert pool.failures == 0 and pool.submit_calls == 1, job_logs(pool)
     assert f"job {victim} was requeued or preempted by slurm" in caplog.text
     assert "Not a failure" in caplog.text
     assert slurm_jobs(cluster.name) == []
