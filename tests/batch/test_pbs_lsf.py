@@ -152,7 +152,9 @@ def probe(tmp_path) -> Path:
 import json, os, pathlib, sys
 name = os.environ.get("HYBRID_JOB_ID", "none").replace("/", "_")
 record = {{"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd()}}
-pathlib.Path({str(out)!r}, name + ".json").write_text(json.dumps(record))
+partial = pathlib.Path({str(out)!r}, "." + name + ".json.part")
+partial.write_text(json.dumps(record))
+partial.rename(partial.with_name(name + ".json"))  # whole, or not there: read at once
 sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
 """)
     path.chmod(0o755)
