@@ -545,8 +545,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                                          resources=tuple(orphaned), message=message)
 
     async def _reconcile_forever(self, interval: float) -> None:
-        me = asyncio.current_task()
-        while not self._closed and self._reconciler is me:
+        while not self._closed:
             await asyncio.sleep(interval)
             self.passes += 1
             live = None
@@ -588,7 +587,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         task, self._reconciler = self._reconciler, None
         while task is not None and not task.done():
             # again until it ends: Python 3.11's wait_for drops a cancel that lands as the
-            # call it bounds finishes (the reconciler also ends at its next round)
+            # call it bounds finishes
             task.cancel()
             await asyncio.wait({task}, timeout=0.1)
         if task is not None and not task.cancelled():

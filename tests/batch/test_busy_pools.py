@@ -33,8 +33,7 @@ FAST_POLLS = {"hybrid.batch.poll-interval": "1s"}
 def job_logs(pool) -> str:
     """The pool's job logs as they are now (staging goes when the cluster closes): what a
     failed assertion shows."""
-    staging = pool.staging.path if pool.staging is not None else None
-    logs = sorted(staging.glob("worker-*.log")) if staging is not None else []
+    logs = sorted(pool.staging.path.glob("worker-*.log")) if pool.staging is not None else []
     return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
                      for log in logs) or "(no job log)"
 
