@@ -9,6 +9,7 @@ Nothing here is a stand-in: tests that use these fixtures talk to the real daemo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,9 +31,32 @@ STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 POOL_MARKERS = ("htcondor", "slurm", "sge", "netns")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker starts with Ctrl-C ignored, and an ignored signal stays ignored in
+    every program it starts: the scripts the Ctrl-C tests interrupt would never see it. Give
+    the worker Python's own handler, as a plain ``pytest`` has."""
+    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: Files whose tests hold something fixed on this machine (the ports the docs' examples name):
+#: under pytest-xdist they run in the pools' worker, one at a time, like the pools' tests.
+SERIAL_FILES = frozenset({"test_docs_examples.py"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A contributor who is not root cannot start the real pools: their tests are left out
-    (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all."""
+    (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all.
+
+    Under ``pytest -n N --dist loadgroup`` (what ci/test.sh runs) the tests that use a real
+    pool go to one worker, one at a time in file order (they change the pools' queues and
+    count their jobs), while the other workers run everything else."""
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        for item in items:
+            if (item.path.name in SERIAL_FILES
+                    or any(item.get_closest_marker(m) for m in POOL_MARKERS)):
+                item.add_marker(pytest.mark.xdist_group("pools"))
     if os.geteuid() == 0:
         return  # ci/test.sh installs chromium and starts the pools: everything runs
     from tests.views.browser import chromium_missing
