@@ -29,6 +29,10 @@ STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 #: Markers of the tests that need what only root can make here: a real batch system this
 #: suite must start, or a network namespace of their own (``netns``).
 POOL_MARKERS = ("htcondor", "slurm", "sge", "netns")
+#: The fixtures that start a real pool: a test that asks for one needs root as well. (Tests
+#: that only ask for them, like tests/reliability/test_bad_input.py's, search the queues for
+#: their own cluster names and share the pools: under pytest-xdist they run beside the rest.)
+POOL_FIXTURES = frozenset({"htcondor_pool", "slurm_cluster", "sge_cell"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,7 +66,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests.views.browser import chromium_missing
 
     markers = POOL_MARKERS + (("browser",) if chromium_missing() else ())
-    left = [item for item in items if any(item.get_closest_marker(m) for m in markers)]
+    left = [item for item in items if any(item.get_closest_marker(m) for m in markers)
+            or POOL_FIXTURES & set(getattr(item, "fixturenames", ()))]
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = [item for item in items if item not in left]

@@ -84,7 +84,8 @@ def _hybrid(args: list[str], tag: str, staging: Path) -> subprocess.CompletedPro
     return result
 
 
-@pytest.fixture(params=["htcondor", "slurm"])
+@pytest.fixture(params=[pytest.param("htcondor", marks=pytest.mark.htcondor),
+                        pytest.param("slurm", marks=pytest.mark.slurm)])
 def system(request: pytest.FixtureRequest) -> str:
     request.getfixturevalue("htcondor_pool" if request.param == "htcondor" else "slurm_cluster")
     return request.param

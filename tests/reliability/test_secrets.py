@@ -239,7 +239,12 @@ def _observe(pool: str, dev: DevGateway, staging: Path) -> Flow:
         gateway.close()
 
 
-@pytest.fixture(scope="module", params=["local", "htcondor"])
+#: Every flow asks the real queues (HTCondor and Slurm) for leftovers.
+_ASKS_THE_QUEUES = (pytest.mark.htcondor, pytest.mark.slurm)
+
+
+@pytest.fixture(scope="module", params=[pytest.param("local", marks=_ASKS_THE_QUEUES),
+                                        pytest.param("htcondor", marks=_ASKS_THE_QUEUES)])
 def flow(request: pytest.FixtureRequest, dev: DevGateway,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flow]:
     """One full gateway flow on the pool, with credentials in this process's environment."""

@@ -1,0 +1,47 @@
+"""The suite's tiers: a contributor who is not root runs every test that needs no real pool,
+and the tests that need one are left out (deselected and counted), never run to fail.
+
+The contributor is a test double: a pytest plugin that makes ``os.geteuid`` answer 1000 in
+the pytest it starts (CI runs as root)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The plugin that plays a contributor who is not root.
+NOT_ROOT = "import os\nos.geteuid = lambda: 1000\n"
+
+
+def collect_as_contributor(tmp_path: Path, *paths: str) -> tuple[list[str], int]:
+    """The test ids a contributor's pytest would run in ``paths``, and how many it left out."""
+    (tmp_path / "not_root_contributor.py").write_text(NOT_ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "not_root_contributor",
+         "--collect-only", "-q", *paths], cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    left = re.search(r"\((\d+) deselected\)", result.stdout)
+    return ([line for line in result.stdout.splitlines() if "::" in line],
+            int(left.group(1)) if left else 0)
+
+
+def test_tests_that_ask_for_a_pool_through_a_fixture_are_left_out(tmp_path):
+    """test_bad_input's rows ask for the real pools through a module fixture, test_concurrency's
+    and test_secrets' flows through parametrized ones: a contributor's pytest used to collect
+    them, and they failed as the bring-up scripts refuse a user who is not root."""
+    ran, left = collect_as_contributor(tmp_path, "tests/reliability/test_bad_input.py",
+                                       "tests/reliability/test_concurrency.py",
+                                       "tests/reliability/test_secrets.py")
+    assert not [test for test in ran if "test_concurrency.py" in test
+                or "test_bad_input_gets_one_clear_error" in test
+                or ("test_secrets.py" in test and "[" in test)], ran
+    assert left >= 200, left
+    # what needs no pool still runs
+    rows = "tests/reliability/test_bad_input.py::test_the_rows_are_distinct_and_each_names_a_field"
+    assert rows in ran, ran
