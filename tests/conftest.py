@@ -29,9 +29,7 @@ STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 #: Markers of the tests that need what only root can make here: a real batch system this
 #: suite must start, or a network namespace of their own (``netns``).
 POOL_MARKERS = ("htcondor", "slurm", "sge", "netns")
-#: The fixtures that start a real pool: a test that asks for one needs root as well. (Tests
-#: that only ask for them, like tests/reliability/test_bad_input.py's, search the queues for
-#: their own cluster names and share the pools: under pytest-xdist they run beside the rest.)
+#: The fixtures that start a real pool: a test that asks for one needs root as well.
 POOL_FIXTURES = frozenset({"htcondor_pool", "slurm_cluster", "sge_cell"})
 
 
@@ -58,20 +56,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     count their jobs), while the other workers run everything else."""
     if getattr(config.option, "dist", "no") == "loadgroup":
         for item in items:
-            if (item.path.name in SERIAL_FILES
-                    or any(item.get_closest_marker(m) for m in POOL_MARKERS)):
+            if item.path.name in SERIAL_FILES or _needs_a_pool(item, POOL_MARKERS):
                 item.add_marker(pytest.mark.xdist_group("pools"))
     if os.geteuid() == 0:
         return  # ci/test.sh installs chromium and starts the pools: everything runs
     from tests.views.browser import chromium_missing
 
     markers = POOL_MARKERS + (("browser",) if chromium_missing() else ())
-    left = [item for item in items if any(item.get_closest_marker(m) for m in markers)
-            or POOL_FIXTURES & set(getattr(item, "fixturenames", ()))]
+    left = [item for item in items if _needs_a_pool(item, markers)]
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = [item for item in items if item not in left]
         config.stash[_LEFT_OUT] = len(left)
+
+
+def _needs_a_pool(item: pytest.Item, markers: tuple[str, ...]) -> bool:
+    """A marker says so, or the test asks for a pool's fixture (``getfixturevalue`` hides
+    that: such a fixture puts the markers on its params)."""
+    return (any(item.get_closest_marker(m) for m in markers)
+            or bool(POOL_FIXTURES & set(getattr(item, "fixturenames", ()))))
 
 
 _LEFT_OUT = pytest.StashKey[int]()
