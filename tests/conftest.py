@@ -51,9 +51,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A contributor who is not root cannot start the real pools: their tests are left out
     (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all.
 
-    Under ``pytest -n N --dist loadgroup`` (what ci/test.sh runs) the tests that use a real
-    pool go to one worker, one at a time in file order (they change the pools' queues and
-    count their jobs), while the other workers run everything else."""
+    Under ``pytest -n N --dist loadgroup`` (``HYBRID_TEST_WORKERS=N bash ci/test.sh``) the
+    tests that use a real pool go to one worker, one at a time in file order (they change the
+    pools' queues and count their jobs), while the other workers run everything else."""
     if getattr(config.option, "dist", "no") == "loadgroup":
         for item in items:
             if item.path.name in SERIAL_FILES or _needs_a_pool(item, POOL_MARKERS):
