@@ -61,6 +61,14 @@ def parser() -> argparse.ArgumentParser:
                    "found (checks the code; no P5 verdict)")
     p.add_argument("--gpu-budget", type=float, help="seconds the GPU benchmark may take "
                    "(default 460: a whole run within 10 minutes on one GPU)")
+    p.add_argument("--gpu-steps", type=int, help="steps of each simulation of the GPU "
+                   "benchmark's full-size workload (default 10000)")
+    p.add_argument("--gpu-settings", nargs="+", choices=tuple(gpu.SETTINGS),
+                   help="the sharing settings whose full-size workload the GPU benchmark "
+                   "runs (default: every one)")
+    p.add_argument("--gpu-sweep", nargs="*", type=int,
+                   help="k of the GPU benchmark's sharing sweep, k simulations at once "
+                   "(default 2 4 8 16; none: no sweep)")
     p.add_argument("--gpu-json", help="also write the GPU benchmark's raw record (every "
                    "simulation: where and when it ran) to this file")
     p.add_argument("--busy-parts", nargs="+", choices=busy.PARTS, default=list(busy.PARTS),
@@ -69,6 +77,18 @@ def parser() -> argparse.ArgumentParser:
                    help="where to write the JSON (default: a new file in the temp directory)")
     p.add_argument("--markdown", help="also write the tables, as Markdown, to this file")
     return p
+
+
+def gpu_options(args: argparse.Namespace, quick: bool) -> dict[str, object]:
+    """The GPU benchmark's sizes: ``--quick``'s small ones, then what the options say."""
+    options: dict[str, object] = (
+        {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
+         "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})
+    for key, value in (("budget", args.gpu_budget), ("steps", args.gpu_steps),
+                       ("settings", args.gpu_settings), ("sweep", args.gpu_sweep)):
+        if value is not None:
+            options[key] = tuple(value) if isinstance(value, list) else value
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,10 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                                            args.reconcile_jobs or (100 if quick else 10_000),
                                            repeats),
         "gpu-md": lambda: gpu.run(results, repeats, allow_cpu=args.md_on_cpu,
-                                  raw_path=args.gpu_json, **({"budget": args.gpu_budget}
-                                                             if args.gpu_budget else {}), **(
-            {"simulations": 2, "packings": 1, "waters": 100, "steps": 50, "cpu_workers": 1,
-             "cpu_threads": 1, "baseline_steps": 50, "sweep": (2,)} if quick else {})),
+                                  raw_path=args.gpu_json, **gpu_options(args, quick)),
         "busy": lambda: busy.run(results, args.systems, repeats, quick,
                                  tuple(args.busy_parts)),
         "busy-sim": lambda: busy.simulator(results, quick),

@@ -217,10 +217,18 @@ def wait(condition: Any, timeout: float, what: str) -> None:
 def run(results: Results, repeats: int, simulations: int = 16, packings: int = 8,
         waters: int = 3000, steps: int = 10_000, cpu_workers: int = 4, cpu_threads: int = 3,
         baseline_steps: int = 2000, sweep: tuple[int, ...] = (2, 4, 8, 16),
-        budget: float = 480,
+        budget: float = 480, settings: tuple[str, ...] = tuple(SETTINGS),
         raw_path: str | None = None, allow_cpu: bool = False) -> None:
     """Every phase within ``budget`` seconds (see the module's docstring); ``repeats``: runs
-    of the default setting's workload (the others run once)."""
+    of the default setting's workload (the others run once); ``settings``: the sharing
+    settings (:data:`SETTINGS`) whose full-size workload runs; ``sweep``: the k of the
+    sharing sweep (empty: no sweep)."""
+    if steps < 1 or any(k < 1 for k in sweep):
+        raise ValueError(f"steps ({steps}) and the sweep's k ({list(sweep)}) must be >= 1")
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"settings: {unknown} are not sharing settings of the GPU "
+                         f"benchmark; choose from {sorted(SETTINGS)}")
     from hybrid import HybridCluster
     from hybrid.demo import md_missing, prepare_box
 
@@ -238,7 +246,8 @@ def run(results: Results, repeats: int, simulations: int = 16, packings: int = 8
     bench.raw["sizes"] = {"simulations": simulations, "packings": packings, "waters": waters,
                           "steps": steps, "baseline_steps": baseline_steps,
                           "cpu_workers": cpu_workers, "cpu_threads": cpu_threads,
-                          "sweep": list(sweep), "budget": budget}
+                          "sweep": list(sweep), "budget": budget,
+                          "settings": list(settings)}
     from hybrid.gpusharing import mps_status
 
     bench.raw["mps"] = mps_status()
@@ -270,6 +279,7 @@ def run(results: Results, repeats: int, simulations: int = 16, packings: int = 8
             ("no sharing", 0), ("time-sliced x2", 0)]
         if bench.raw["mps"][0]:
             plan.append(("MPS x16", 0))
+        plan = [(label, r) for label, r in plan if label in settings]
         plan.sort(key=lambda item: item[1])  # every setting once before any repetition
         for label, _repetition in plan:
             needed = 20 if label == "default" else 60

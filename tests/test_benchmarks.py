@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -213,6 +214,24 @@ def test_md_workload_runs_annotated_and_not(tmp_path):
     if not raw["mps"][0]:  # no MPS here: the MPS settings are reported as not measured
         assert {s["what"] for s in raw["skipped"]} == {"MPS processes: ns/day",
                                                       "MPS threads: ns/day"}
+
+
+def test_the_gpu_benchmarks_sizes_come_from_quick_then_the_options():
+    """A lent GPU's minutes are few: a run can pick its steps, settings and sweep."""
+    from benchmarks.__main__ import gpu_options, parser
+    from benchmarks.gpu import run
+
+    args = parser().parse_args(["--only", "gpu-md", "--gpu-steps", "50000", "--gpu-settings",
+                                "default", "no sharing", "--gpu-sweep", "8"])
+    assert gpu_options(args, quick=False) == {"steps": 50_000, "settings": (
+        "default", "no sharing"), "sweep": (8,)}
+    quick = gpu_options(parser().parse_args(["--gpu-sweep"]), quick=True)
+    assert quick["sweep"] == () and quick["steps"] == 50  # no sweep; quick's own steps
+    unknown = re.escape("settings: ['MPS x8'] are not sharing settings")
+    with pytest.raises(ValueError, match=unknown):
+        run(None, 1, settings=("default", "MPS x8"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("steps (0) and the sweep's k")):
+        run(None, 1, steps=0)  # type: ignore[arg-type]
 
 
 def test_md_demo_routes_openmm_to_the_gpu_pool_and_packmol_to_the_cpu_pool():
