@@ -42,22 +42,42 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 #: Files whose tests hold something fixed on this machine (the ports the docs' examples name):
-#: under pytest-xdist they run in the pools' worker, one at a time, like the pools' tests.
+#: in the parallel suite they run in the pools' part, one at a time, like the pools' tests.
 SERIAL_FILES = frozenset({"test_docs_examples.py"})
+#: The parts of the parallel suite (``--part``).
+PARTS = ("pools", "rest")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part", choices=PARTS, default=None,
+        help="run one part of the suite: 'pools', every test that uses a real pool or a "
+        "fixed port (one at a time: they change the pools' queues and count their jobs), or "
+        "'rest', all the others (safe under pytest-xdist's -n). HYBRID_TEST_WORKERS=N bash "
+        "ci/test.sh runs both side by side")
+
+
+def in_pools_part(item: pytest.Item) -> bool:
+    """Whether ``item`` belongs to the pools' part of the parallel suite."""
+    return item.path.name in SERIAL_FILES or _needs_a_pool(item, POOL_MARKERS)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A contributor who is not root cannot start the real pools: their tests are left out
     (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all.
 
-    Under ``pytest -n N --dist loadgroup`` (``HYBRID_TEST_WORKERS=N bash ci/test.sh``) the
-    tests that use a real pool go to one worker, one at a time in file order (they change the
-    pools' queues and count their jobs), while the other workers run everything else."""
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        for item in items:
-            if item.path.name in SERIAL_FILES or _needs_a_pool(item, POOL_MARKERS):
-                item.add_marker(pytest.mark.xdist_group("pools"))
+    ``--part pools`` / ``--part rest`` keep one part of the suite (the other is deselected):
+    ``HYBRID_TEST_WORKERS=N bash ci/test.sh`` runs the pools' part in one pytest, one test
+    at a time in file order as the serial suite does, and the rest in another, with
+    pytest-xdist, side by side. (pytest-xdist's own ``--dist loadgroup`` does not group
+    with pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
+    part = config.getoption("part", None)
+    if part is not None:
+        other = [item for item in items if in_pools_part(item) != (part == "pools")]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if item not in other]
     if os.geteuid() == 0:
         return  # ci/test.sh installs chromium and starts the pools: everything runs
     from tests.views.browser import chromium_missing

@@ -45,3 +45,44 @@ def test_tests_that_ask_for_a_pool_through_a_fixture_are_left_out(tmp_path):
     # what needs no pool still runs
     rows = "tests/reliability/test_bad_input.py::test_the_rows_are_distinct_and_each_names_a_field"
     assert rows in ran, ran
+
+
+#: The plugin that plays root, as CI runs: the pools' tests are collected.
+ROOT = "import os\nos.geteuid = lambda: 0\n"
+
+
+def collect_part(tmp_path: Path, part: str | None, *paths: str) -> list[str]:
+    """The test ids of ``--part part`` (None: the whole suite) in ``paths``, as root
+    collects them."""
+    (tmp_path / "plays_root.py").write_text(ROOT)
+    chosen = ("--part", part) if part else ()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "plays_root",
+         "--collect-only", "-q", *chosen, *paths], cwd=REPO, capture_output=True, text=True,
+        timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_the_parallel_suite_splits_the_pools_tests_from_the_rest(tmp_path):
+    """``HYBRID_TEST_WORKERS=N bash ci/test.sh`` runs ``--part pools`` (every test that uses
+    a real pool, and the docs' examples, which hold fixed ports) one at a time beside
+    ``--part rest`` under pytest-xdist. It used pytest-xdist's ``--dist loadgroup``, which
+    grouped nothing: xdist's workers see ``--dist`` as ``no``, and with pytest 9.2 xdist's
+    group suffix no longer reaches the test ids (pytest-dev/pytest-xdist#1386); the pools'
+    tests ran on every worker at once (a run failed in three SGE tests together)."""
+    paths = ("tests/batch/test_sge.py", "tests/reliability/test_concurrency.py",
+             "tests/docs/test_docs_examples.py", "tests/test_structure.py")
+    pools = collect_part(tmp_path, "pools", *paths)
+    rest = collect_part(tmp_path, "rest", *paths)
+    assert not set(pools) & set(rest)
+    assert set(pools) | set(rest) == set(collect_part(tmp_path, None, *paths))
+    for must in ("tests/batch/test_sge.py::test_doctor_checks_the_real_cell",
+                 "tests/reliability/test_concurrency.py::test_clusters_on_one_pool_never_touch"
+                 "_each_others_jobs[slurm]"):
+        assert must in pools, pools
+    assert [i for i in pools if "test_docs_examples.py" in i]
+    assert not [i for i in rest if "test_docs_examples.py" in i or "[slurm]" in i
+                or "[htcondor]" in i or "test_doctor_checks_the_real_cell" in i], rest
+    assert [i for i in rest if "test_structure.py" in i]
+    assert not [i for i in pools if "test_structure.py" in i]
