@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dask
@@ -74,20 +74,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     with pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
     part = config.getoption("part", None)
     if part is not None:
-        other = [item for item in items if in_pools_part(item) != (part == "pools")]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if item not in other]
+        _deselect(config, items, lambda item: in_pools_part(item) != (part == "pools"))
     if os.geteuid() == 0:
         return  # ci/test.sh installs chromium and starts the pools: everything runs
     from tests.views.browser import chromium_missing
 
     markers = POOL_MARKERS + (("browser",) if chromium_missing() else ())
-    left = [item for item in items if _needs_a_pool(item, markers)]
+    left = _deselect(config, items, lambda item: _needs_a_pool(item, markers))
+    if left:
+        config.stash[_LEFT_OUT] = left
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item],
+              leave: Callable[[pytest.Item], bool]) -> int:
+    """Deselect (and report) the items for which ``leave(item)`` is true; how many."""
+    kept, left = [], []
+    for item in items:
+        (left if leave(item) else kept).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
-        items[:] = [item for item in items if item not in left]
-        config.stash[_LEFT_OUT] = len(left)
+        items[:] = kept
+    return len(left)
 
 
 def _needs_a_pool(item: pytest.Item, markers: tuple[str, ...]) -> bool:

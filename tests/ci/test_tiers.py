@@ -18,17 +18,28 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_ROOT = "import os\nos.geteuid = lambda: 1000\n"
 
 
-def collect_as_contributor(tmp_path: Path, *paths: str) -> tuple[list[str], int]:
-    """The test ids a contributor's pytest would run in ``paths``, and how many it left out."""
-    (tmp_path / "not_root_contributor.py").write_text(NOT_ROOT)
+def collect(tmp_path: Path, plugin: str, *args: str) -> str:
+    """``pytest --collect-only -q *args`` with the test double ``plugin`` (a source) loaded:
+    its output."""
+    (tmp_path / "test_double.py").write_text(plugin)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "not_root_contributor",
-         "--collect-only", "-q", *paths], cwd=REPO, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "test_double",
+         "--collect-only", "-q", *args], cwd=REPO, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 0, result.stdout + result.stderr
-    left = re.search(r"\((\d+) deselected\)", result.stdout)
-    return ([line for line in result.stdout.splitlines() if "::" in line],
-            int(left.group(1)) if left else 0)
+    return result.stdout
+
+
+def listed_ids(output: str) -> list[str]:
+    """The test ids ``--collect-only -q`` listed."""
+    return [line for line in output.splitlines() if "::" in line]
+
+
+def collect_as_contributor(tmp_path: Path, *paths: str) -> tuple[list[str], int]:
+    """The test ids a contributor's pytest would run in ``paths``, and how many it left out."""
+    output = collect(tmp_path, NOT_ROOT, *paths)
+    left = re.search(r"\((\d+) deselected\)", output)
+    return listed_ids(output), int(left.group(1)) if left else 0
 
 
 def test_tests_that_ask_for_a_pool_through_a_fixture_are_left_out(tmp_path):
@@ -54,14 +65,7 @@ ROOT = "import os\nos.geteuid = lambda: 0\n"
 def collect_part(tmp_path: Path, part: str | None, *paths: str) -> list[str]:
     """The test ids of ``--part part`` (None: the whole suite) in ``paths``, as root
     collects them."""
-    (tmp_path / "plays_root.py").write_text(ROOT)
-    chosen = ("--part", part) if part else ()
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "plays_root",
-         "--collect-only", "-q", *chosen, *paths], cwd=REPO, capture_output=True, text=True,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert result.returncode == 0, result.stdout + result.stderr
-    return [line for line in result.stdout.splitlines() if "::" in line]
+    return listed_ids(collect(tmp_path, ROOT, *(("--part", part) if part else ()), *paths))
 
 
 def test_the_parallel_suite_splits_the_pools_tests_from_the_rest(tmp_path):
