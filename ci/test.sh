@@ -30,7 +30,7 @@ cleanup() {
     local rc=$?
     # the pools' part of a parallel run, if this script ends before it (it started it)
     if [[ -n $pools_pid ]] && kill -0 "$pools_pid" 2>/dev/null; then
-        kill -INT "$pools_pid" 2>/dev/null || true
+        kill -TERM "$pools_pid" 2>/dev/null || true  # (a background job ignores SIGINT)
         wait "$pools_pid" 2>/dev/null || true
     fi
     log "tearing down the pools"

@@ -34,10 +34,11 @@ POOL_FIXTURES = frozenset({"htcondor_pool", "slurm_cluster", "sge_cell"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A pytest-xdist worker starts with Ctrl-C ignored, and an ignored signal stays ignored in
-    every program it starts: the scripts the Ctrl-C tests interrupt would never see it. Give
-    the worker Python's own handler, as a plain ``pytest`` has."""
-    if hasattr(config, "workerinput") and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    """A pytest-xdist worker starts with Ctrl-C ignored, and so does a pytest that bash starts
+    in the background (ci/test.sh's pools' part); an ignored signal stays ignored in every
+    program it starts: the scripts the Ctrl-C tests interrupt would never see it. Give such
+    a pytest Python's own handler, as a plain ``pytest`` has."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,29 @@ def test_the_parallel_suite_splits_the_pools_tests_from_the_rest(tmp_path):
                 or "[htcondor]" in i or "test_doctor_checks_the_real_cell" in i], rest
     assert [i for i in rest if "test_structure.py" in i]
     assert not [i for i in pools if "test_structure.py" in i]
+
+
+#: The plugin that says, once pytest is configured, how it handles Ctrl-C.
+REPORT_SIGINT = """\
+import signal
+
+
+def pytest_sessionstart(session):
+    print("SIGINT ignored:", signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+"""
+
+
+def test_a_pytest_started_with_ctrl_c_ignored_hands_it_on(tmp_path):
+    """ci/test.sh runs the pools' part as a background job, which bash starts with Ctrl-C
+    ignored, as pytest-xdist does its workers; an ignored signal stays ignored in every
+    program a test starts, so the Ctrl-C tests' scripts would never see it. Any pytest of
+    this suite that starts so gets Python's own handler back."""
+    (tmp_path / "report_sigint.py").write_text(REPORT_SIGINT)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "report_sigint",
+         "--collect-only", "-q", "-s", "tests/test_structure.py"], cwd=REPO,
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SIGINT ignored: False" in result.stdout, result.stdout
