@@ -334,3 +334,56 @@ def test_arrival_waits_are_noted_in_the_order_the_workers_were_found() -> None:
     manager.clock = lambda: 0.0
     asyncio.run(manager._note_connected(pool, dict.fromkeys(found)))
     assert list(pool.arrival_waits) == [float(n) for n in range(len(found))]
+
+
+def test_a_pools_workers_follow_the_scheduler_as_workers_come_go_and_reuse_addresses() -> None:
+    """``workers_by_job`` (which keeps the names it resolved) answers, after every change of
+    the scheduler's workers, what a fresh look would: workers that join or leave, a new
+    worker on an old address, another pool's workers, a worker whose job is tracked only
+    later (adopted), a name that is not a string."""
+    import random
+
+    from hybrid.batch import JobState, JobStatus, WorkerJob, get_system
+    from hybrid.batch.jobs import worker_name_suffix
+    from hybrid.manager.pool import ManagedPool
+    from hybrid.worker import Connection
+
+    spec = PoolSpec.build("cpu", "local", cores=1, nanny=False)
+    pool = ManagedPool(spec, get_system("local"),
+                       WorkerJob("c1", spec, Connection("tcp://127.0.0.1:1")))
+    jobs = [f"job.{n}" for n in range(12)]
+    pool.track([JobStatus(j, JobState.running, None, "c1", "cpu") for j in jobs[:8]])
+    def fresh_look(live: dict[str, dict]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for address, info in live.items():
+            name = info["name"]
+            job_id = pool.job_id_of_worker(name) if isinstance(name, str) else None
+            if job_id is not None:
+                out.setdefault(job_id, []).append(address)
+        return out
+
+    rng = random.Random(7)
+    live: dict[str, dict] = {}
+    names = ["another-pool-1", "another-pool-2", 17] + [
+        pool._name_prefix + worker_name_suffix(j) for j in jobs]
+    changed = 0
+    for step in range(300):
+        for _ in range(rng.randint(0, 4)):
+            address = f"tcp://127.0.0.1:{rng.randint(1000, 1030)}"
+            if address in live and rng.random() < 0.5:
+                del live[address]  # a worker left
+            else:  # a worker joined: maybe on an address another one had
+                live[address] = {"name": rng.choice(names)}
+        if step == 150:  # the last jobs are tracked only now (adopted)
+            pool.track([JobStatus(j, JobState.running, None, "c1", "cpu") for j in jobs[8:]])
+        found = pool.workers_by_job(live)
+        expected = fresh_look(live)
+        assert {j: sorted(a) for j, a in found.items()} == {
+            j: sorted(a) for j, a in expected.items()}, step
+        changed += found != pool.workers_by_job({})
+        for addresses in found.values():
+            addresses.append("the caller's own copy")  # does not reach the pool
+        assert {j: sorted(a) for j, a in pool.workers_by_job(live).items()} == {
+            j: sorted(a) for j, a in expected.items()}
+    assert changed > 100
+    assert any(j in found for j in jobs[8:])  # the late-tracked jobs were found
