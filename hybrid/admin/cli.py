@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hybrid.admin.doctor import DEFAULT_TIMEOUT, DEFAULT_WARN_DAYS
+from hybrid.admin.doctor import BATCH_CHECK_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_WARN_DAYS
 from hybrid.admin.ingress import (
     DEFAULT_DYNAMIC_FILE,
     DEFAULT_ENTRY_POINT,
@@ -226,7 +226,8 @@ Examples:
 @click.option("--warn-days", default=DEFAULT_WARN_DAYS, show_default=True, type=int,
               help="Warn when the certificate expires within this many days.")
 @click.option("--timeout", default=DEFAULT_TIMEOUT, show_default=True, type=Duration(),
-              help='How long each network check waits: seconds, or e.g. "10s".')
+              help='How long each network check waits: seconds, or e.g. "10s" (the batch '
+                   f"system's check waits this long, and at least {BATCH_CHECK_TIMEOUT:g} s).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @_bad_input_is_usage_error
 def doctor(gateway_address: str | None, proxy_address: str | None, cluster_name: str | None,

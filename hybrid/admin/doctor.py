@@ -31,6 +31,8 @@ from hybrid.gateway import scheduler_sni
 
 DEFAULT_WARN_DAYS = 14
 DEFAULT_TIMEOUT = 5.0
+#: The least the batch system's check waits (a busy schedd answers slowly).
+BATCH_CHECK_TIMEOUT = 20.0
 
 
 # --------------------------------------------------------------------------- addresses
@@ -300,7 +302,7 @@ def check_scheduler_access(address: str, timeout: float = DEFAULT_TIMEOUT) -> Ch
 
 # --------------------------------------------------------------------------- batch systems
 
-def check_batch_system(system: str, timeout: float = 20.0) -> CheckResult:
+def check_batch_system(system: str, timeout: float = BATCH_CHECK_TIMEOUT) -> CheckResult:
     """The batch system's tools or bindings are present and answer (the system checks
     itself: :meth:`hybrid.batch.BatchSystem.check`)."""
     from hybrid.batch import SYSTEMS, get_system
@@ -479,7 +481,8 @@ def planned_checks(options: DoctorOptions) -> list[Callable[[], CheckResult]]:
     if o.scheduler:
         checks.append(lambda: check_scheduler_access(o.scheduler, o.timeout))
     if o.system:
-        checks.append(lambda: check_batch_system(o.system))
+        checks.append(lambda: check_batch_system(
+            o.system, max(o.timeout, BATCH_CHECK_TIMEOUT)))
     worker_range = config.get("worker.port-range", None)
     checks.append(lambda: check_port_range(worker_range, "hybrid.worker.port-range",
                                            o.workers_per_node))

@@ -317,7 +317,23 @@ def test_bad_options_are_refused_before_any_check(options: dict, field: str) -> 
     assert caught.value.field == field
 
 
-@pytest.mark.htcondor
+@pytest.mark.parametrize("given, waits", [(None, 20.0), ("45s", 45.0), ("2", 20.0)])
+def test_the_batch_system_check_waits_as_long_as_timeout_asks(
+        given: str | None, waits: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy schedd can take longer than 20 s to answer: ``--timeout`` reaches the batch
+    system's check too (which never waits less than 20 s)."""
+    asked = []
+
+    def recorded(system: str, timeout: float = -1.0) -> doctor.CheckResult:
+        asked.append(timeout)
+        return doctor.ok(f"batch system {system}", "answered")
+
+    monkeypatch.setattr(doctor, "check_batch_system", recorded)
+    result = CliRunner().invoke(cli, ["doctor", "--system", "slurm", "--json"]
+                                + (["--timeout", given] if given else []))
+    assert asked == [waits], result.output
+
+
 @pytest.mark.htcondor
 def test_htcondor_pool_answers(htcondor_pool) -> None:
     """With the CI pool (ci/htcondor/up.sh, its client configuration loaded by the fixture,
