@@ -42,9 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-#: Files whose tests hold something fixed on this machine (the ports the docs' examples name):
-#: in the parallel suite they run in the pools' part, one at a time, like the pools' tests.
-SERIAL_FILES = frozenset({"test_docs_examples.py"})
 #: The parts of the parallel suite (``--part``).
 PARTS = ("pools", "rest")
 
@@ -60,7 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def in_pools_part(item: pytest.Item) -> bool:
     """Whether ``item`` belongs to the pools' part of the parallel suite."""
-    return item.path.name in SERIAL_FILES or _needs_a_pool(item, POOL_MARKERS)
+    return (item.get_closest_marker("serial") is not None  # (holds a fixed port)
+            or _needs_a_pool(item, POOL_MARKERS))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -23,6 +23,9 @@ import pytest
 
 from tests.docs.markdown_examples import DOCS, MarkerError, Program, pages, programs
 
+#: The docs' examples name fixed ports (8000, 8786): one at a time, in the pools' part.
+pytestmark = pytest.mark.serial
+
 REPO = DOCS.parent
 DOUBLES = Path(__file__).resolve().parent / "doubles"
 LSF_DOUBLE = REPO / "tests" / "batch" / "doubles" / "lsf"
