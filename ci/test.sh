@@ -3,8 +3,8 @@
 # personal pool, the REAL Slurm and the REAL Grid Engine, run ruff, the Sphinx docs (warnings
 # are errors) and pytest, and tear the pools down again even when something fails.
 # Run it as root (the pools need it):   bash ci/test.sh [pytest arguments]
-# HYBRID_TEST_WORKERS (1): with N > 1, the pools' tests run in one pytest beside the rest in N-1
-# pytest-xdist workers.
+# HYBRID_TEST_WORKERS (3): with N > 1, the pools' tests run in one pytest beside the rest in N-1
+# pytest-xdist workers; 1 runs one pytest, every test one after the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -25,13 +25,12 @@ log "python environment in $VENV"
 "$VENV/bin/python" -c "import hybrid, htcondor2, dask_gateway_server, kubernetes_validate" \
     || { echo "the install did not complete: see pip's output above" >&2; exit 1; }
 
-pools_pid=""
+parts_pid=""
 cleanup() {
     local rc=$?
-    # the pools' part of a parallel run, if this script ends before it (it started it)
-    if [[ -n $pools_pid ]] && kill -0 "$pools_pid" 2>/dev/null; then
-        kill -TERM "$pools_pid" 2>/dev/null || true  # (a background job ignores SIGINT)
-        wait "$pools_pid" 2>/dev/null || true
+    if [[ -n $parts_pid ]] && kill -0 "$parts_pid" 2>/dev/null; then
+        kill -TERM "$parts_pid" 2>/dev/null || true  # its trap stops both pytest runs
+        wait "$parts_pid" 2>/dev/null || true
     fi
     log "tearing down the pools"
     bash ci/htcondor/down.sh || true
@@ -64,30 +63,15 @@ docs_out=$(mktemp -d)
 "$VENV/bin/sphinx-build" -W -q -b html docs "$docs_out"
 rm -rf "$docs_out"
 
-# HYBRID_TEST_WORKERS=N > 1: two pytest runs side by side: the tests that use a real pool
-# (and the docs' examples, which hold fixed ports) one at a time in one (they change the
-# pools' queues and count their jobs: `--part pools`, tests/conftest.py), the others in
-# another with N-1 pytest-xdist workers (`--part rest`). The arguments go to both; the pools'
-# output follows the rest's. Opt-in until a whole parallel run has passed twice here.
-WORKERS=${HYBRID_TEST_WORKERS:-1}
+# HYBRID_TEST_WORKERS=N > 1 (the default, 3): the pools' tests one at a time beside the rest
+# in N-1 pytest-xdist workers (ci/parts.sh says how); 1: one pytest, one test after another.
+WORKERS=${HYBRID_TEST_WORKERS:-3}
 pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -q --durations=30)
 if [[ $WORKERS -gt 1 ]]; then
-  log "pytest: the pools' tests one at a time, beside the rest with $((WORKERS - 1)) worker(s)"
-  pools_log=$(mktemp)
-  "${pytest[@]}" --part pools "$@" > "$pools_log" 2>&1 &
-  pools_pid=$!
-  rest_rc=0
-  "${pytest[@]}" --part rest -n "$((WORKERS - 1))" "$@" || rest_rc=$?
-  pools_rc=0
-  wait "$pools_pid" || pools_rc=$?
-  pools_pid=""
-  log "the pools' part (exit $pools_rc; the rest: exit $rest_rc)"
-  cat "$pools_log"
-  rm -f "$pools_log"
-  if [[ $rest_rc -ne 0 || $pools_rc -ne 0 ]]; then
-    log "failed: the rest exit $rest_rc, the pools' part exit $pools_rc"
-    exit 1
-  fi
+  bash ci/parts.sh "$WORKERS" "${pytest[@]}" -- "$@" &
+  parts_pid=$!
+  wait "$parts_pid"  # (interrupted at once by a signal: cleanup stops the parts first)
+  parts_pid=""
 else
   log "pytest"
   "${pytest[@]}" "$@"

@@ -51,8 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--part", choices=PARTS, default=None,
         help="run one part of the suite: 'pools', every test that uses a real pool or a "
         "fixed port (one at a time: they change the pools' queues and count their jobs), or "
-        "'rest', all the others (safe under pytest-xdist's -n). HYBRID_TEST_WORKERS=N bash "
-        "ci/test.sh runs both side by side")
+        "'rest', all the others (safe under pytest-xdist's -n). bash ci/test.sh runs both "
+        "side by side (ci/parts.sh)")
 
 
 def in_pools_part(item: pytest.Item) -> bool:
@@ -67,8 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all.
 
     ``--part pools`` / ``--part rest`` keep one part of the suite (the other is deselected):
-    ``HYBRID_TEST_WORKERS=N bash ci/test.sh`` runs the pools' part in one pytest, one test
-    at a time in file order as the serial suite does, and the rest in another, with
+    ``bash ci/test.sh`` (``ci/parts.sh``) runs the pools' part in one pytest, one test at a
+    time in file order as the serial suite does, and the rest in another, with
     pytest-xdist, side by side. (pytest-xdist's own ``--dist loadgroup`` does not group
     with pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
     part = config.getoption("part", None)

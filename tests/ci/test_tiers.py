@@ -70,7 +70,7 @@ def collect_part(tmp_path: Path, part: str | None, *paths: str) -> list[str]:
 
 
 def test_the_parallel_suite_splits_the_pools_tests_from_the_rest(tmp_path):
-    """``HYBRID_TEST_WORKERS=N bash ci/test.sh`` runs ``--part pools`` (every test that uses
+    """``bash ci/test.sh`` (``ci/parts.sh``) runs ``--part pools`` (every test that uses
     a real pool, and the docs' examples, which hold fixed ports) one at a time beside
     ``--part rest`` under pytest-xdist. It used pytest-xdist's ``--dist loadgroup``, which
     grouped nothing: xdist's workers see ``--dist`` as ``no``, and with pytest 9.2 xdist's
