@@ -7,7 +7,8 @@
 # N-1 pytest-xdist workers. The arguments go to both (so not --junitxml: both would write
 # it); the pools' output follows the rest's. The exit status is 0 when both parts passed, or
 # one passed and the arguments left the other no test (pytest's exit 5); else 1 (5 when
-# neither had a test). Stopped early, it stops the pools' part too.
+# neither had a test). Stopped (a signal, or its own end), it interrupts both parts: Ctrl-C
+# first, so each pytest tears its fixtures down, TERM after 20 s.
 set -euo pipefail
 workers=$1
 shift
