@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The test suite in two pytest runs side by side (ci/test.sh runs it):
+# The test suite as pytest runs side by side (ci/test.sh runs it):
 #   bash ci/parts.sh N PYTEST-COMMAND... -- [pytest arguments]
-# `PYTEST-COMMAND --part pools` runs every test that uses a real pool (and the docs' examples,
-# which hold fixed ports) one at a time, in the background: they change the pools' queues and
-# count their jobs (tests/conftest.py). `PYTEST-COMMAND --part rest -n N-1` runs the others in
-# N-1 pytest-xdist workers. The arguments go to both (so not --junitxml: both would write
-# it); the pools' output follows the rest's. The exit status is 0 when both parts passed, or
-# one passed and the arguments left the other no test (pytest's exit 5); else 1 (5 when
-# neither had a test). Stopped (a signal, or its own end), it interrupts both parts: Ctrl-C
-# first, so each pytest tears its fixtures down, TERM after 20 s.
+# `PYTEST-COMMAND --part rest -n N-1` runs every test that uses no real pool in N-1
+# pytest-xdist workers, in the background for the whole run. Beside it, the pools' part:
+# every test that uses a real pool (and the docs' examples, which hold fixed ports) runs one
+# at a time within its lane (`PYTEST-COMMAND --part pools --lane LANE`: tests/conftest.py's
+# POOL_LANES), because such tests change a pool's queue and count its jobs; the lanes of a
+# phase hold no pool (and no port) in common, so they run side by side, and the phases one
+# after another. HYBRID_POOL_LANES=0 runs the pools' part as one pytest instead
+# (`--part pools`, no lane). The arguments go to every run (so not --junitxml: all would
+# write it); the lanes' outputs follow the rest's. The exit status is 0 when every run
+# passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
+# 5 when none had a test, else 1. Stopped (a signal, or its own end), it interrupts every
+# run still going: Ctrl-C first, so each pytest tears its fixtures down, TERM after 20 s.
 set -euo pipefail
 workers=$1
 shift
@@ -17,15 +21,20 @@ while [[ $# -gt 0 && $1 != -- ]]; do command+=("$1"); shift; done
 [[ $# -gt 0 ]] && shift   # the --
 log() { printf '[ci %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-pools_pid=""
+# The phases of the pools' part, each a list of lanes (tests/ci/test_parts.py checks that
+# they are tests/conftest.py's POOL_LANES, phase by phase).
+PHASES=("htcondor slurm" "htcondor+slurm sge" "all")
+if [[ ${HYBRID_POOL_LANES:-1} == 0 ]]; then PHASES=("-"); fi  # (one pytest, no --lane)
+
 rest_pid=""
-pools_log=$(mktemp)
+lane_pids=()
+logs=$(mktemp -d)
 stop_parts() {  # Ctrl-C first (each pytest tears its fixtures down), TERM after 20 s
     local pid tries
-    for pid in $rest_pid $pools_pid; do
+    for pid in $rest_pid "${lane_pids[@]}"; do
         kill -INT "$pid" 2>/dev/null || true
     done
-    for pid in $rest_pid $pools_pid; do
+    for pid in $rest_pid "${lane_pids[@]}"; do
         tries=0
         while kill -0 "$pid" 2>/dev/null && [[ $tries -lt 100 ]]; do
             sleep 0.2
@@ -34,34 +43,69 @@ stop_parts() {  # Ctrl-C first (each pytest tears its fixtures down), TERM after
         kill -TERM "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
-    rm -f "$pools_log"
+    rm -rf "$logs"
 }
 trap stop_parts EXIT
 trap 'exit 143' TERM HUP
 trap 'exit 130' INT
 
-log "pytest: the pools' tests one at a time, beside the rest with $((workers - 1)) worker(s)"
-"${command[@]}" --part pools "$@" > "$pools_log" 2>&1 &
-pools_pid=$!
-# (in the background too, so that a signal to this script is handled at once, not when the
-# rest's pytest ends)
+log "pytest: the rest in $((workers - 1)) worker(s); beside it the pools' tests, one at a" \
+    "time per lane, by phase: $(printf '[%s] ' "${PHASES[@]}")"
+# (in the background, so that a signal to this script is handled at once, not when a
+# pytest ends)
 "${command[@]}" --part rest -n "$((workers - 1))" "$@" &
 rest_pid=$!
+
+runs=()     # "pools" or "pools/LANE", in order
+codes=()    # their exit statuses
+for phase in "${PHASES[@]}"; do
+    lanes=()
+    read -r -a lanes <<< "$phase"
+    lane_pids=()
+    for lane in "${lanes[@]}"; do
+        if [[ $lane == - ]]; then
+            args=(--part pools); name=pools
+        else
+            args=(--part pools --lane "$lane"); name="pools/$lane"
+        fi
+        "${command[@]}" "${args[@]}" "$@" > "$logs/${#runs[@]}" 2>&1 &
+        lane_pids+=($!)
+        runs+=("$name")
+    done
+    first=$(( ${#runs[@]} - ${#lanes[@]} ))
+    for i in "${!lane_pids[@]}"; do
+        code=0
+        wait "${lane_pids[$i]}" || code=$?
+        codes[first + i]=$code
+    done
+    lane_pids=()
+    log "the pools' phase [$phase]: exit ${codes[*]:first}"
+done
+
 rest_rc=0
 wait "$rest_pid" || rest_rc=$?
 rest_pid=""
-pools_rc=0
-wait "$pools_pid" || pools_rc=$?
-pools_pid=""
-log "the pools' part (exit $pools_rc; the rest: exit $rest_rc)"
-cat "$pools_log"
-if [[ $rest_rc -eq 5 && $pools_rc -eq 5 ]]; then
-    log "failed: the arguments left neither part a test"
-    exit 5
-fi
-if [[ $rest_rc -eq 5 && $pools_rc -eq 0 ]]; then rest_rc=0; fi  # (the arguments left it none)
-if [[ $pools_rc -eq 5 && $rest_rc -eq 0 ]]; then pools_rc=0; fi
-if [[ $rest_rc -ne 0 || $pools_rc -ne 0 ]]; then
-    log "failed: the rest exit $rest_rc, the pools' part exit $pools_rc"
+summary="the rest: exit $rest_rc"
+for i in "${!runs[@]}"; do
+    log "${runs[$i]} (exit ${codes[$i]}):"
+    cat "$logs/$i"
+    summary+="; ${runs[$i]}: exit ${codes[$i]}"
+done
+log "$summary"
+ran=0
+failed=0
+for code in "$rest_rc" "${codes[@]}"; do
+    case $code in
+        0) ran=1 ;;
+        5) ;;  # (the arguments left it no test)
+        *) failed=1 ;;
+    esac
+done
+if [[ $failed -ne 0 ]]; then
+    log "failed: $summary"
     exit 1
+fi
+if [[ $ran -eq 0 ]]; then
+    log "failed: the arguments left no run a test"
+    exit 5
 fi

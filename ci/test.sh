@@ -3,8 +3,9 @@
 # personal pool, the REAL Slurm and the REAL Grid Engine, run ruff, the Sphinx docs (warnings
 # are errors) and pytest, and tear the pools down again even when something fails.
 # Run it as root (the pools need it):   bash ci/test.sh [pytest arguments]
-# HYBRID_TEST_WORKERS (3): with N > 1, the pools' tests run in one pytest beside the rest in N-1
-# pytest-xdist workers; 1 runs one pytest, every test one after the other.
+# HYBRID_TEST_WORKERS (3): with N > 1, the rest runs in N-1 pytest-xdist workers and beside it
+# the pools' tests, one at a time per lane, lanes side by side where they share no pool
+# (ci/parts.sh; HYBRID_POOL_LANES=0: one lane); 1 runs one pytest, every test one after the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -63,8 +64,8 @@ docs_out=$(mktemp -d)
 "$VENV/bin/sphinx-build" -W -q -b html docs "$docs_out"
 rm -rf "$docs_out"
 
-# HYBRID_TEST_WORKERS=N > 1 (the default, 3): the pools' tests one at a time beside the rest
-# in N-1 pytest-xdist workers (ci/parts.sh says how); 1: one pytest, one test after another.
+# HYBRID_TEST_WORKERS=N > 1 (the default, 3): the rest in N-1 pytest-xdist workers, the pools'
+# tests beside it in lanes (ci/parts.sh says how); 1: one pytest, one test after another.
 WORKERS=${HYBRID_TEST_WORKERS:-3}
 pytest=("$VENV/bin/python" -m pytest -p no:cacheprovider -q --durations=30)
 if [[ $WORKERS -gt 1 ]]; then

@@ -45,6 +45,20 @@ def pytest_configure(config: pytest.Config) -> None:
 #: The parts of the parallel suite (``--part``).
 PARTS = ("pools", "rest")
 
+#: The lanes of the pools' part (``--part pools --lane NAME``): lane -> (phase, what its tests
+#: may hold). ``ci/parts.sh`` runs the lanes of a phase side by side, one test at a time in
+#: each, and the phases one after another; the lanes of a phase hold nothing in common (a
+#: real pool, the docs' fixed ``ports``, the network namespaces), so no test shares a queue
+#: or a port with a test of another lane. A test goes to the first lane (in this order) that
+#: holds all it needs.
+POOL_LANES: dict[str, tuple[int, frozenset[str]]] = {
+    "sge": (2, frozenset({"sge", "ports", "netns"})),
+    "htcondor": (1, frozenset({"htcondor", "ports"})),
+    "slurm": (1, frozenset({"slurm", "sge", "netns"})),
+    "htcondor+slurm": (2, frozenset({"htcondor", "slurm"})),
+    "all": (3, frozenset({"htcondor", "slurm", "sge", "ports", "netns"})),
+}
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -53,6 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "fixed port (one at a time: they change the pools' queues and count their jobs), or "
         "'rest', all the others (safe under pytest-xdist's -n). bash ci/test.sh runs both "
         "side by side (ci/parts.sh)")
+    parser.addoption(
+        "--lane", choices=tuple(POOL_LANES), default=None,
+        help="with --part pools: only the pools' tests of this lane (ci/parts.sh runs the "
+        "lanes of a phase side by side: " + "; ".join(
+            f"{name}, phase {phase}: {' '.join(sorted(holds))}"
+            for name, (phase, holds) in POOL_LANES.items()) + ")")
 
 
 def in_pools_part(item: pytest.Item) -> bool:
@@ -61,19 +81,35 @@ def in_pools_part(item: pytest.Item) -> bool:
             or _needs_a_pool(item, POOL_MARKERS))
 
 
+def pool_lane(item: pytest.Item) -> str:
+    """The lane of the pools' part that runs ``item`` (see ``POOL_LANES``)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    needs = {system for system, fixture in (("htcondor", "htcondor_pool"),
+                                            ("slurm", "slurm_cluster"), ("sge", "sge_cell"))
+             if item.get_closest_marker(system) or fixture in fixtures}
+    needs |= {"ports"} if item.get_closest_marker("serial") else set()
+    needs |= {"netns"} if item.get_closest_marker("netns") else set()
+    return next(name for name, (_, holds) in POOL_LANES.items() if needs <= holds)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A contributor who is not root cannot start the real pools: their tests are left out
     (deselected, not skipped) and the summary says so. ``ci/test.sh`` (root) runs them all.
 
     ``--part pools`` / ``--part rest`` keep one part of the suite (the other is deselected):
-    ``bash ci/test.sh`` (``ci/parts.sh``) runs the pools' part in one pytest, one test at a
-    time in file order as the serial suite does, and the rest in another, with
-    pytest-xdist, side by side. (pytest-xdist's own ``--dist loadgroup`` does not group
+    ``bash ci/test.sh`` (``ci/parts.sh``) runs the pools' part lane by lane (``--lane``,
+    see ``POOL_LANES``), one test at a time in file order in each, and the rest in another
+    pytest, with pytest-xdist, side by side. (pytest-xdist's own ``--dist loadgroup`` does not group
     with pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
     part = config.getoption("part", None)
     if part is not None:
         _deselect(config, items, lambda item: in_pools_part(item) != (part == "pools"))
+    lane = config.getoption("lane", None)
+    if lane is not None:
+        if part != "pools":
+            raise pytest.UsageError("--lane LANE goes with --part pools")
+        _deselect(config, items, lambda item: pool_lane(item) != lane)
     if os.geteuid() == 0:
         return  # ci/test.sh installs chromium and starts the pools: everything runs
     from tests.views.browser import chromium_missing

@@ -1,12 +1,14 @@
-"""``ci/parts.sh``, which runs the suite as two pytest runs side by side (``ci/test.sh``'s
-default): how it calls each part, how it combines their exit statuses, and that stopping it
-stops both parts, each with a Ctrl-C first so its fixtures are torn down.
+"""``ci/parts.sh``, which runs the suite as pytest runs side by side (``ci/test.sh``'s
+default): the rest beside the pools' part, whose lanes run phase by phase; how it calls each
+run, how it combines their exit statuses, and that stopping it stops every run still going,
+each with a Ctrl-C first so its fixtures are torn down.
 
 The pytest it runs is a TEST DOUBLE (``PYTEST_DOUBLE`` below): it records its arguments,
 prints a line, and exits as the test asks, or waits until it is interrupted."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -21,23 +23,34 @@ REPO = Path(__file__).resolve().parents[2]
 PYTEST_DOUBLE = """\
 import os, signal, sys, time
 args = sys.argv[1:]
-part = args[args.index("--part") + 1]
-record = os.path.join(os.environ["RECORD"], part)
+run = args[args.index("--part") + 1]
+if "--lane" in args:
+    run += "-" + args[args.index("--lane") + 1]
+record = os.path.join(os.environ["RECORD"], run)
 with open(record + ".args", "w") as f:
     f.write(" ".join(args))
+with open(os.path.join(os.environ["RECORD"], "order"), "a") as f:
+    f.write(f"start {run}\\n")
 def interrupted(*_):
     with open(record + ".interrupted", "w") as f:
         f.write(str(os.getpid()))
     sys.exit(2)
 signal.signal(signal.SIGINT, interrupted)  # (as the suite's pytest_configure does)
-print(f"output of the {part} part", flush=True)
+print(f"output of {run}", flush=True)
 if os.environ.get("WAIT"):
     with open(record + ".pid", "w") as f:
         f.write(str(os.getpid()))
     while True:
         time.sleep(0.05)
-sys.exit(int(os.environ[f"RC_{part.upper()}"]))
+time.sleep(float(os.environ.get("SECONDS_" + run.upper().replace("+", "_"), "0")))
+with open(os.path.join(os.environ["RECORD"], "order"), "a") as f:
+    f.write(f"end {run}\\n")
+sys.exit(int(os.environ.get(f"RC_{run.upper().replace('+', '_')}", "0")))
 """
+
+#: The lanes of the pools' part by phase, as ci/parts.sh runs them.
+PHASES = [["htcondor", "slurm"], ["htcondor+slurm", "sge"], ["all"]]
+LANES = [lane for phase in PHASES for lane in phase]
 
 
 def parts(tmp_path: Path, *extra: str) -> list[str]:
@@ -47,39 +60,101 @@ def parts(tmp_path: Path, *extra: str) -> list[str]:
             str(tmp_path / "pytest_double.py"), "--", *extra]
 
 
-@pytest.mark.parametrize("pools, rest, expected", [
-    (0, 0, 0), (5, 0, 0), (0, 5, 0),  # a part the arguments leave without a test
-    (5, 5, 5), (1, 0, 1), (0, 1, 1), (1, 5, 1), (5, 1, 1)])
-def test_the_parts_exit_statuses_combine(tmp_path, pools, rest, expected) -> None:
+def codes(rest: int, lanes: int | dict[str, int]) -> dict[str, str]:
+    """The double's exit statuses: the rest's, and every lane's (or some lanes')."""
+    if isinstance(lanes, int):
+        lanes = dict.fromkeys(LANES, lanes)
+    return {"RC_REST": str(rest), **{f"RC_POOLS-{lane.upper().replace('+', '_')}": str(code)
+                                     for lane, code in lanes.items()}}
+
+
+def test_the_lanes_are_the_conftests_phase_by_phase() -> None:
+    """parts.sh's PHASES are tests/conftest.py's POOL_LANES, and no two lanes of a phase
+    hold a pool, a port or the namespaces in common."""
+    from tests.conftest import POOL_LANES
+
+    script = (REPO / "ci" / "parts.sh").read_text()
+    assert 'PHASES=("htcondor slurm" "htcondor+slurm sge" "all")' in script
+    by_phase: dict[int, list[str]] = {}
+    for lane, (phase, _) in POOL_LANES.items():
+        by_phase.setdefault(phase, []).append(lane)
+    assert [sorted(lanes) for _, lanes in sorted(by_phase.items())] == [
+        sorted(p) for p in PHASES]
+    for lanes in by_phase.values():
+        for i, one in enumerate(lanes):
+            for other in lanes[i + 1:]:
+                assert not POOL_LANES[one][1] & POOL_LANES[other][1], (one, other)
+
+
+@pytest.mark.parametrize("rest, lanes, expected", [
+    (0, 0, 0), (5, 0, 0), (0, 5, 0),  # a run the arguments leave without a test
+    (0, {"all": 5}, 0), (5, {"htcondor": 5, "sge": 5}, 0),
+    (5, 5, 5), (1, 0, 1), (0, 1, 1), (1, 5, 1), (5, 1, 1),
+    (0, {"sge": 1}, 1), (0, {"htcondor": 1}, 1)])
+def test_the_runs_exit_statuses_combine(tmp_path, rest, lanes, expected) -> None:
     result = subprocess.run(
         parts(tmp_path, "tests/x", "-k", "y"), capture_output=True, text=True,
-        timeout=60, env={**os.environ, "RECORD": str(tmp_path), "RC_POOLS": str(pools),
-                         "RC_REST": str(rest)})
+        timeout=60, env={**os.environ, "RECORD": str(tmp_path), **codes(rest, lanes)})
     assert result.returncode == expected, result.stdout + result.stderr
-    assert (tmp_path / "pools.args").read_text() == "--part pools tests/x -k y"
     assert (tmp_path / "rest.args").read_text() == "--part rest -n 2 tests/x -k y"
+    for lane in LANES:
+        assert (tmp_path / f"pools-{lane}.args").read_text() == (
+            f"--part pools --lane {lane} tests/x -k y")
     out = result.stdout
-    assert out.index("output of the rest part") < out.index("output of the pools part")
-    assert f"the pools' part (exit {pools}; the rest: exit {rest})" in out
+    positions = [out.index(f"output of {run}")
+                 for run in ["rest"] + [f"pools-{lane}" for lane in LANES]]
+    assert positions == sorted(positions)  # (the rest's, then the lanes' in order)
+    lane_codes = lanes if isinstance(lanes, dict) else dict.fromkeys(LANES, lanes)
+    assert f"the rest: exit {rest}; " + "; ".join(
+        f"pools/{lane}: exit {lane_codes.get(lane, 0)}" for lane in LANES) in out
 
 
-def test_stopping_the_parts_interrupts_both_and_leaves_nothing(tmp_path) -> None:
+def test_a_phase_starts_when_the_one_before_it_has_ended(tmp_path) -> None:
+    """The lanes of a phase run side by side; the next phase waits for the slowest."""
+    env = {**os.environ, "RECORD": str(tmp_path), "SECONDS_POOLS-HTCONDOR": "3",
+           "SECONDS_POOLS-SLURM": "2", "SECONDS_POOLS-HTCONDOR_SLURM": "2",
+           "SECONDS_POOLS-SGE": "2"}
+    result = subprocess.run(parts(tmp_path), capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    order = [line for line in (tmp_path / "order").read_text().splitlines() if "pools-" in line]
+    for phase, later in itertools.pairwise(PHASES):
+        starts = [order.index(f"start pools-{lane}") for lane in phase]
+        ends = [order.index(f"end pools-{lane}") for lane in phase]
+        assert max(starts) < min(ends) or len(phase) == 1, order  # (side by side)
+        assert max(ends) < min(order.index(f"start pools-{lane}") for lane in later), order
+    assert order[-2:] == ["start pools-all", "end pools-all"]
+
+
+def test_without_lanes_the_pools_part_is_one_run(tmp_path) -> None:
+    env = {**os.environ, "RECORD": str(tmp_path), "HYBRID_POOL_LANES": "0", "RC_POOLS": "1"}
+    result = subprocess.run(parts(tmp_path, "-x"), capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 1
+    assert (tmp_path / "pools.args").read_text() == "--part pools -x"
+    assert not list(tmp_path.glob("pools-*"))
+    assert "the rest: exit 0; pools: exit 1" in result.stdout
+
+
+def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) -> None:
     env = {**os.environ, "RECORD": str(tmp_path), "WAIT": "1"}
     script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
+    runs = ["rest", "pools-htcondor", "pools-slurm"]  # (the first phase's lanes)
     try:
         deadline = time.monotonic() + 30
-        pids = [tmp_path / f"{part}.pid" for part in ("pools", "rest")]
+        pids = [tmp_path / f"{run}.pid" for run in runs]
         while not all(p.exists() and p.read_text() for p in pids):
-            assert time.monotonic() < deadline, "the parts did not start"
+            assert time.monotonic() < deadline, "the runs did not start"
             time.sleep(0.05)
         script.send_signal(signal.SIGTERM)  # (as ci/test.sh's cleanup stops it)
         assert script.wait(timeout=30) == 143
     finally:
         if script.poll() is None:
             script.kill()
-    for part in ("pools", "rest"):
-        assert (tmp_path / f"{part}.interrupted").exists(), f"{part} had no Ctrl-C"
-        pid = int((tmp_path / f"{part}.pid").read_text())
+    for run in runs:
+        assert (tmp_path / f"{run}.interrupted").exists(), f"{run} had no Ctrl-C"
+        pid = int((tmp_path / f"{run}.pid").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert not (tmp_path / "pools-sge.args").exists()  # (no later phase started)
