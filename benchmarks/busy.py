@@ -327,7 +327,8 @@ def run(results: Results, systems: list[str], repeats: int, quick: bool,
     ``busy-sim``)."""
     import tempfile
 
-    problems = {"htcondor": realpools.htcondor_problem(), "slurm": realpools.slurm_problem()}
+    checks = {"htcondor": realpools.htcondor_problem, "slurm": realpools.slurm_problem}
+    problems = {system: checks[system]() for system in systems if system in checks}
     anchor = realpools.jobqueue_problem()
     if anchor:
         results.skip("busy", anchor)

@@ -265,17 +265,43 @@ def test_busy_simulator_measures_every_scenario(tmp_path):
     assert goals(data)["B4"][0]["met"] is None  # quick size: no verdict
 
 
+# The busy benchmark's quick run in three parts, each with the pools it uses (so that the
+# parallel suite's lanes run them beside other pools' tests: tests/conftest.py POOL_LANES).
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_busy_slurm_compares_over_submission_and_walltime_with_dask_jobqueue(
+        slurm_cluster, tmp_path):
+    data = run_benchmark("busy", tmp_path, "--systems", "slurm",
+                         "--busy-parts", "over-submission", "walltime", timeout=540)
+    assert variants(data, "busy: over-submission") == {
+        ("slurm", "18 tasks, maximum 6, 2 slots", v) for v in ("hybrid", "dask-jobqueue")}
+    assert {v for _, _, v in variants(data, "busy: walltime")} == {"hybrid", "dask-jobqueue"}
+    verdicts = goals(data)
+    assert [g["met"] in (True, False) for g in verdicts["B1"]] == [True]
+    assert "B3" not in verdicts
+
+
+@pytest.mark.htcondor
+@pytest.mark.timeout(300)
+def test_busy_htcondor_compares_over_submission_with_dask_jobqueue(htcondor_pool, tmp_path):
+    data = run_benchmark("busy", tmp_path, "--systems", "htcondor",
+                         "--busy-parts", "over-submission", timeout=240)
+    assert variants(data, "busy: over-submission") == {
+        ("htcondor", "18 tasks, maximum 6, 2 slots", v) for v in ("hybrid", "dask-jobqueue")}
+    assert not variants(data, "busy: walltime")  # (a Slurm part)
+    assert [g["met"] in (True, False) for g in goals(data)["B1"]] == [True]
+
+
 @pytest.mark.htcondor
 @pytest.mark.slurm
-@pytest.mark.timeout(900)
-def test_busy_pools_compare_hybrid_and_dask_jobqueue(htcondor_pool, slurm_cluster, tmp_path):
-    data = run_benchmark("busy", tmp_path, "--systems", "htcondor", "slurm", timeout=840)
-    for system in ("htcondor", "slurm"):
-        assert {v for s, _, v in variants(data, "busy: over-submission") if s == system} == {
-            "hybrid", "dask-jobqueue"}
-    assert {v for _, _, v in variants(data, "busy: walltime")} == {"hybrid", "dask-jobqueue"}
+@pytest.mark.timeout(600)
+def test_busy_spill_over_from_slurm_to_htcondor_is_measured(htcondor_pool, slurm_cluster,
+                                                            tmp_path):
+    data = run_benchmark("busy", tmp_path, "--systems", "htcondor", "slurm",
+                         "--busy-parts", "spill-over", timeout=540)
     assert {v for _, _, v in variants(data, "busy: spill-over")} == {
         "hybrid: busy pool alone", "hybrid: busy + fast pool",
         "dask-jobqueue: busy pool alone"}
+    assert not variants(data, "busy: over-submission")
     verdicts = goals(data)
-    assert all(g["met"] in (True, False) for g in verdicts["B1"] + verdicts["B3"])
+    assert [g["met"] in (True, False) for g in verdicts["B3"]] == [True]
