@@ -158,3 +158,30 @@ def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) ->
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not (tmp_path / "pools-sge.args").exists()  # (no later phase started)
+
+
+class _Item:
+    """What ``pool_lane`` reads of a pytest item: its markers and fixtures."""
+
+    def __init__(self, *markers: str, fixtures: tuple[str, ...] = ()):
+        self.markers, self.fixturenames = set(markers), list(fixtures)
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return name if name in self.markers else None
+
+
+@pytest.mark.parametrize("markers, fixtures, lane", [
+    (("htcondor",), (), "htcondor"), ((), ("htcondor_pool",), "htcondor"),
+    (("htcondor", "serial"), (), "htcondor"), (("slurm", "gateway"), (), "slurm"),
+    (("sge", "slurm"), (), "slurm"), (("sge",), (), "sge"), (("serial",), (), "sge"),
+    (("netns",), (), "sge"), (("htcondor",), ("slurm_cluster",), "htcondor+slurm"),
+    (("htcondor", "sge"), (), "all"), (("slurm", "serial"), (), "all")])
+def test_a_pool_test_runs_in_the_lane_that_holds_what_it_uses(markers, fixtures,
+                                                               lane) -> None:
+    from tests.conftest import POOL_LANES, pool_lane
+
+    assert pool_lane(_Item(*markers, fixtures=fixtures)) == lane
+    phase = POOL_LANES[lane][0]
+    others = [name for name, (p, _) in POOL_LANES.items() if p == phase and name != lane]
+    for other in others:  # (nothing it uses is in another lane of its phase)
+        assert not ({*markers} & POOL_LANES[other][1]), other
