@@ -401,11 +401,26 @@ def remove_credentials(credentials: ClusterCredentials) -> None:
     shutil.rmtree(credentials.directory, ignore_errors=True)
 
 
+#: Seconds a cluster's directory may stay without a record (:func:`store_credentials` writes
+#: the TLS files first) before ``hybrid gc`` takes it for the leftover of a broken start.
+UNRECORDED_GRACE = 300.0
+
+
+def _last_touched(directory: Path) -> float:
+    """The newest modification time of ``directory`` and its files (0 if it is gone)."""
+    times = []
+    for path in (directory, *directory.iterdir()) if directory.is_dir() else ():
+        with contextlib.suppress(OSError):
+            times.append(path.lstat().st_mtime)
+    return max(times, default=0.0)
+
+
 def stale_credentials(reachable: Callable[[str | None], bool],
                       remove: bool = True) -> list[ClusterCredentials]:
     """Stored credentials of clusters that are gone: the process that started them is dead
-    (on this host), or, started elsewhere, their scheduler does not answer. Removed unless
-    ``remove`` is false."""
+    (on this host), or, started elsewhere, their scheduler does not answer; a directory
+    without a record only once ``UNRECORDED_GRACE`` has passed since it was last written (a
+    cluster may be starting). Removed unless ``remove`` is false."""
     root = _private_root(create=False)
     if root is None:
         return []
@@ -415,7 +430,7 @@ def stale_credentials(reachable: Callable[[str | None], bool],
             continue
         credentials = _read(directory)
         if credentials is None:
-            alive = False
+            alive = time.time() - _last_touched(directory) < UNRECORDED_GRACE
             credentials = ClusterCredentials(name=directory.name, directory=directory)
         else:
             alive = credentials.owner_alive()

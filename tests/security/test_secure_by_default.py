@@ -35,6 +35,7 @@ from hybrid.resources import ComputeResources, QueueWorkerResources
 from hybrid.security import (
     InsecureClusterWarning,
     find_credentials,
+    stale_credentials,
     store_credentials,
     warn_if_open,
 )
@@ -308,6 +309,27 @@ def test_gc_removes_the_credentials_of_a_cluster_whose_process_died(tmp_path) ->
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["credentials"] == [str(stored.directory)]
     assert not stored.directory.exists()
+
+
+def test_gc_leaves_credentials_that_a_starting_cluster_is_still_writing(tmp_path) -> None:
+    """store_credentials makes the directory, writes the TLS files, then the record: a
+    ``hybrid gc`` in between (another script of the user, a cron job) took the directory for
+    a broken one and removed it under the starting cluster. Only a record-less directory
+    that nobody has touched for a while is stale."""
+    root = tmp_path / "clusters"
+    with dask.config.set({"hybrid.scheduler.credentials-directory": str(root)}):
+        store_credentials("other", None)  # (the root, 0700, as a first cluster makes it)
+        starting = root / "starting"
+        starting.mkdir(mode=0o700)
+        (starting / "ca.pem").write_text("half written")  # (no record yet)
+        broken = root / "broken"
+        broken.mkdir(mode=0o700)
+        an_hour_ago = time.time() - 3600
+        os.utime(broken, (an_hour_ago, an_hour_ago))
+        gone = stale_credentials(lambda address: False)
+    assert [c.name for c in gone] == ["broken"]  # ("other": this live process's)
+    assert starting.is_dir() and (starting / "ca.pem").exists()
+    assert not broken.exists()
 
 
 # --------------------------------------------------------------------------- doctor
