@@ -9,7 +9,8 @@
 # phase hold no pool (and no port) in common, so they run side by side, and the phases one
 # after another. HYBRID_POOL_LANES=0 runs the pools' part as one pytest instead
 # (`--part pools`, no lane). The arguments go to every run (so not --junitxml: all would
-# write it); the lanes' outputs follow the rest's. The exit status is 0 when every run
+# write it); each lane's pytest summary line is logged when its phase ends, its whole output
+# follows the rest's. The exit status is 0 when every run
 # passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
 # 5 when none had a test, else 1. Stopped (a signal, or its own end), it interrupts every
 # run still going: Ctrl-C first, so each pytest tears its fixtures down, TERM after 20 s.
@@ -79,7 +80,9 @@ for phase in "${PHASES[@]}"; do
         codes[first + i]=$code
     done
     lane_pids=()
-    log "the pools' phase [$phase]: exit ${codes[*]:first}"
+    for ((i = first; i < ${#runs[@]}; i++)); do  # (each lane's pytest summary, as it ends)
+        log "${runs[$i]}: exit ${codes[$i]}: $(tail -n 1 "$logs/$i" 2>/dev/null)"
+    done
 done
 
 rest_rc=0

@@ -352,14 +352,22 @@ def store_credentials(name: str, security: Security | None) -> ClusterCredential
     root = _private_root(create=True)
     assert root is not None
     directory = root / name
+    starting = ConfigurationError(
+        "HybridCluster.name", name, "a name no running cluster of yours uses (another "
+        "process is starting a cluster of that name)", "Choose another name.")
     if directory.exists():
         old = _read(directory)
         if old is not None and old.pid != os.getpid() and old.owner_alive():
             raise ConfigurationError(
                 "HybridCluster.name", name, "a name no running cluster of yours uses (process "
                 f"{old.pid} runs a cluster of that name)", "Choose another name.")
+        if old is None and time.time() - _last_touched(directory) < UNRECORDED_GRACE:
+            raise starting  # (its TLS files are being written: see stale_credentials)
         shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(mode=0o700)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        raise starting from None
     try:
         tls = security is not None and bool(security.tls_ca_file)
         if tls:

@@ -101,7 +101,8 @@ def test_the_runs_exit_statuses_combine(tmp_path, rest, lanes, expected) -> None
         assert (tmp_path / f"pools-{lane}.args").read_text() == (
             f"--part pools --lane {lane} tests/x -k y")
     out = result.stdout
-    positions = [out.index(f"output of {run}")
+    lines = out.splitlines()
+    positions = [lines.index(f"output of {run}")
                  for run in ["rest"] + [f"pools-{lane}" for lane in LANES]]
     assert positions == sorted(positions)  # (the rest's, then the lanes' in order)
     lane_codes = lanes if isinstance(lanes, dict) else dict.fromkeys(LANES, lanes)
@@ -124,6 +125,23 @@ def test_a_phase_starts_when_the_one_before_it_has_ended(tmp_path) -> None:
         assert max(starts) < min(ends) or len(phase) == 1, order  # (side by side)
         assert max(ends) < min(order.index(f"start pools-{lane}") for lane in later), order
     assert order[-2:] == ["start pools-all", "end pools-all"]
+
+
+def test_each_lanes_summary_is_logged_when_its_phase_ends(tmp_path) -> None:
+    """A CI log shows a lane's pytest summary while later phases still run (its whole
+    output comes at the end)."""
+    env = {**os.environ, "RECORD": str(tmp_path), "SECONDS_POOLS-HTCONDOR_SLURM": "30"}
+    script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in script.stdout:  # type: ignore[union-attr]
+            if "pools/htcondor: exit 0: output of pools-htcondor" in line:
+                break
+        else:
+            raise AssertionError("no summary of the htcondor lane")
+        assert "end pools-htcondor+slurm" not in (tmp_path / "order").read_text()
+    finally:
+        script.send_signal(signal.SIGTERM)
+        script.communicate(timeout=30)
 
 
 def test_without_lanes_the_pools_part_is_one_run(tmp_path) -> None:

@@ -332,6 +332,29 @@ def test_gc_leaves_credentials_that_a_starting_cluster_is_still_writing(tmp_path
     assert not broken.exists()
 
 
+def test_a_second_start_of_the_same_name_is_refused_while_the_first_writes(tmp_path) -> None:
+    """A cluster of that name is starting in another process (its directory holds files, no
+    record yet): the second start is refused with the field and the fix, and leaves the
+    first one's files alone (it removed them); a record-less directory untouched for
+    longer than the grace is a broken start's and is replaced."""
+    root = tmp_path / "clusters"
+    with dask.config.set({"hybrid.scheduler.credentials-directory": str(root)}):
+        store_credentials("first", None)
+        starting = root / "twin"
+        starting.mkdir(mode=0o700)
+        (starting / "ca.pem").write_text("being written")
+        with pytest.raises(ConfigurationError) as error:
+            store_credentials("twin", None)
+        assert error.value.field == "HybridCluster.name"
+        assert "another process is starting a cluster of that name" in str(error.value)
+        assert (starting / "ca.pem").read_text() == "being written"
+        an_hour_ago = time.time() - 3600
+        for path in (starting, starting / "ca.pem"):
+            os.utime(path, (an_hour_ago, an_hour_ago))
+        replaced = store_credentials("twin", None)
+        assert replaced.pid == os.getpid() and not (starting / "ca.pem").exists()
+
+
 # --------------------------------------------------------------------------- doctor
 def test_doctor_reports_plain_tcp_beyond_loopback(staging) -> None:
     assert check_scheduler_exposure().status is Status.ok
