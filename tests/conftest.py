@@ -29,8 +29,9 @@ STATE = Path(os.environ.get("HYBRID_CI_STATE", "/var/tmp/hybrid-ci"))
 #: Markers of the tests that need what only root can make here: a real batch system this
 #: suite must start, or a network namespace of their own (``netns``).
 POOL_MARKERS = ("htcondor", "slurm", "sge", "netns")
-#: The fixtures that start a real pool: a test that asks for one needs root as well.
-POOL_FIXTURES = frozenset({"htcondor_pool", "slurm_cluster", "sge_cell"})
+#: The fixtures that start a real pool (-> its marker): a test that asks for one needs root
+#: as well.
+POOL_FIXTURES = {"htcondor_pool": "htcondor", "slurm_cluster": "slurm", "sge_cell": "sge"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,8 +85,7 @@ def in_pools_part(item: pytest.Item) -> bool:
 def pool_lane(item: pytest.Item) -> str:
     """The lane of the pools' part that runs ``item`` (see ``POOL_LANES``)."""
     fixtures = set(getattr(item, "fixturenames", ()))
-    needs = {system for system, fixture in (("htcondor", "htcondor_pool"),
-                                            ("slurm", "slurm_cluster"), ("sge", "sge_cell"))
+    needs = {system for fixture, system in POOL_FIXTURES.items()
              if item.get_closest_marker(system) or fixture in fixtures}
     needs |= {"ports"} if item.get_closest_marker("serial") else set()
     needs |= {"netns"} if item.get_closest_marker("netns") else set()
@@ -136,7 +136,7 @@ def _needs_a_pool(item: pytest.Item, markers: tuple[str, ...]) -> bool:
     """A marker says so, or the test asks for a pool's fixture (``getfixturevalue`` hides
     that: such a fixture puts the markers on its params)."""
     return (any(item.get_closest_marker(m) for m in markers)
-            or bool(POOL_FIXTURES & set(getattr(item, "fixturenames", ()))))
+            or bool(POOL_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))))
 
 
 _LEFT_OUT = pytest.StashKey[int]()
