@@ -13,7 +13,8 @@
 # follows the rest's. The exit status is 0 when every run
 # passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
 # 5 when none had a test, else 1. Stopped (a signal, or its own end), it interrupts every
-# run still going: Ctrl-C first, so each pytest tears its fixtures down, TERM after 20 s.
+# run still going with a Ctrl-C: each pytest tears its fixtures down, deaf meanwhile to the
+# terminal's Ctrl-C and to a TERM (tests/conftest.py's interrupt_once); KILL after 60 s.
 set -euo pipefail
 workers=$1
 shift
@@ -30,18 +31,18 @@ if [[ ${HYBRID_POOL_LANES:-1} == 0 ]]; then PHASES=("-"); fi  # (one pytest, no 
 rest_pid=""
 lane_pids=()
 logs=$(mktemp -d)
-stop_parts() {  # Ctrl-C first (each pytest tears its fixtures down), TERM after 20 s
+stop_parts() {  # a Ctrl-C (each pytest tears its fixtures down), KILL after 60 s
     local pid tries
     for pid in $rest_pid "${lane_pids[@]}"; do
         kill -INT "$pid" 2>/dev/null || true
     done
     for pid in $rest_pid "${lane_pids[@]}"; do
         tries=0
-        while kill -0 "$pid" 2>/dev/null && [[ $tries -lt 100 ]]; do
+        while kill -0 "$pid" 2>/dev/null && [[ $tries -lt 300 ]]; do
             sleep 0.2
             tries=$((tries + 1))
         done
-        kill -TERM "$pid" 2>/dev/null || true
+        kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     rm -rf "$logs"
