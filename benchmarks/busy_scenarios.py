@@ -145,6 +145,7 @@ def _finish(sim: Simulation, started: float, **numbers: Any) -> dict[str, Any]:
             "decisions": _percentiles(ours(sim.decisions)),
             "decisions_cpu": _percentiles(ours(sim.cpu_decisions)),
             "decisions_own_cpu": _percentiles(ours(sim.own_cpu_decisions)),
+            "collections_in_decisions": _percentiles(sim.collections_in_decisions),
             "model_decisions": _percentiles(sim.decisions.get("jobqueue", [])),
             "model_decisions_cpu": _percentiles(sim.cpu_decisions.get("jobqueue", [])),
             "wall_s": time.perf_counter() - started, **numbers}

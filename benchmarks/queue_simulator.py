@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import heapq
 import itertools
 import logging
@@ -331,6 +332,13 @@ class Simulation:
         self.own_cpu_decisions: dict[str, list[float]] = {}
         #: CPU seconds spent in the doubles so far.
         self.double_cpu = 0.0
+        #: CPU seconds of the interpreter's full garbage collections so far, and those of
+        #: each decision that had one: a full collection walks every object of the process
+        #: (here mostly the simulation's own), so its length is the heap's, not the
+        #: decision's. They are left out of hybrid's own time and counted here instead.
+        self.collector_cpu = 0.0
+        self.collections_in_decisions: list[float] = []
+        self._collection_started: float | None = None
         #: Why tasks ran again: cause -> tasks.
         self.recompute_causes: dict[str, int] = {}
         #: The most jobs each pool had queued and running at once; and of those, the most
@@ -393,6 +401,7 @@ class Simulation:
         hybrid_log = logging.getLogger("hybrid")
         level = hybrid_log.level
         hybrid_log.setLevel(self.log_level)  # thousands of evictions: not on the console
+        gc.callbacks.append(self._collection)
         try:
             with tempfile.TemporaryDirectory(prefix="hybrid-sim-") as staging, \
                     dask.config.set({"hybrid.batch.staging-directory": staging,
@@ -400,7 +409,18 @@ class Simulation:
                                      "hybrid.batch.stuck-timeout": "1 day"}):
                 asyncio.run(self._run(until))
         finally:
+            gc.callbacks.remove(self._collection)
             hybrid_log.setLevel(level)
+
+    def _collection(self, phase: str, info: dict[str, int]) -> None:
+        """``gc.callbacks``: the CPU time of each full collection (:attr:`collector_cpu`)."""
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._collection_started = time.thread_time()
+        elif self._collection_started is not None:
+            self.collector_cpu += time.thread_time() - self._collection_started
+            self._collection_started = None
 
     async def _run(self, until: float) -> None:
         self.at(0.0, "reconcile", None)
@@ -473,16 +493,20 @@ class Simulation:
             name: (len(pool.counted()), workers.get(name, 0))
             for name, pool in self.manager.pools.items()}, left))
 
-    def _started(self) -> tuple[float, float, float]:
-        """Wall and CPU time now, and the doubles' CPU time so far: a decision's start."""
-        return (*_times(), self.double_cpu)
+    def _started(self) -> tuple[float, float, float, float]:
+        """Wall and CPU time now, the doubles' CPU time and the full collections' so far:
+        a decision's start."""
+        return (*_times(), self.double_cpu, self.collector_cpu)
 
-    def _decided(self, kind: str, started: tuple[float, float, float]) -> None:
+    def _decided(self, kind: str, started: tuple[float, float, float, float]) -> None:
         wall, cpu = _times()
+        collections = self.collector_cpu - started[3]
+        if collections:
+            self.collections_in_decisions.append(collections)
         self.decisions.setdefault(kind, []).append(wall - started[0])
         self.cpu_decisions.setdefault(kind, []).append(cpu - started[1])
         self.own_cpu_decisions.setdefault(kind, []).append(
-            max(0.0, cpu - started[1] - (self.double_cpu - started[2])))
+            max(0.0, cpu - started[1] - (self.double_cpu - started[2]) - collections))
 
     def _done(self) -> bool:
         """Every burst through and no job left in any queue (nothing more can happen but

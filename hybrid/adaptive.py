@@ -109,7 +109,7 @@ class PoolAdaptive(AdaptiveCore):
         if target >= len(plan):
             return await super().recommendations(target)
         surplus = len(plan) - target
-        to_close = self.pool.least_needed(plan - self.observed)[:surplus]
+        to_close = self.pool.least_needed(plan - self.observed, surplus)
         if surplus > len(to_close):
             to_close += [j for j in await self.workers_to_close(target)
                          if j not in to_close][:surplus - len(to_close)]

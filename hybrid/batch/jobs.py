@@ -125,6 +125,10 @@ def parse_tag(value: str, tag: str | None = None) -> tuple[str | None, str | Non
     return None, None, None
 
 
+#: What the shell wrapper replaces in a job id to make its worker name's suffix.
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9._-]")
+
+
 def worker_name_suffix(job_id: str) -> str:
     """The part of a worker name the job derives from its id (as the shell wrapper does)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", job_id)
+    return _NOT_IN_NAMES.sub("-", job_id)

@@ -458,7 +458,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         workers retired gracefully (their results moved elsewhere first)."""
         live = await self.live_workers()
         connected = await self.pool_workers(pool, live)
-        chosen = pool.least_needed([j for j in pool.counted() if j not in connected])[:count]
+        chosen = pool.least_needed([j for j in pool.counted() if j not in connected], count)
         await self.remove(pool, chosen)
         removed = list(chosen)
         left = count - len(chosen)

@@ -9,6 +9,7 @@ batch system anything.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
@@ -214,8 +215,17 @@ class JobTable(CountingDict):
         return status
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        for job_id, status in dict(*args, **kwargs).items():
-            self[job_id] = status
+        items = dict(*args, **kwargs)
+        if any(dict.__contains__(self, job_id) for job_id in items):
+            for job_id, status in items.items():  # (some replace a status: one by one)
+                self[job_id] = status
+            return
+        # new jobs only (a submission's): counted together
+        self.by_state_reason.update(Counter((s.state, s.reason) for s in items.values()))
+        self.queued.update(dict.fromkeys(
+            job_id for job_id, status in items.items() if status.state in QUEUED_STATES))
+        self.version += 1
+        dict.update(self, items)
 
     def clear(self) -> None:
         self.queued.clear()
@@ -288,9 +298,11 @@ class ManagedPool:
         #: When each running job's worker drains: job id -> (its start, the drain time).
         self._drain_times: dict[str, tuple[float, float]] = {}
         self._last_logged: Any = None
+        #: When each pending job was first seen pending (manager clock), in that order.
         self._first_pending: dict[str, float] = {}
         self._by_suffix: dict[str, str] = {}
-        #: Worker name -> its job id here, as found (names of no job here are not kept).
+        #: Worker name -> its job id here, as found; "" for a name no job of this pool can
+        #: have (another pool's); a name of this pool whose job is not tracked is not kept.
         self._by_name: dict[str, str] = {}
         self._connected: set[str] = set()
         #: When each job's worker first connected (manager clock).
@@ -334,17 +346,24 @@ class ManagedPool:
             self._counted = (versions, found)
         return list(found)
 
-    def least_needed(self, job_ids: Iterable[str]) -> list[str]:
+    def least_needed(self, job_ids: Iterable[str], count: int | None = None) -> list[str]:
         """Jobs without a worker in the order to remove them: held first, then pending,
         the newest first (the oldest have waited longest and start soonest), then running
-        jobs whose worker has not joined yet (ties by job id: the same order every time)."""
-        rank = {JobState.held: 0, JobState.pending: 1}
+        jobs whose worker has not joined yet (ties by job id: the same order every time);
+        ``count``: only the first ``count`` of that order."""
+        jobs, submitted = self.jobs, self._submitted
+        held, pending = JobState.held, JobState.pending
 
         def key(job_id: str) -> tuple[int, float, str]:
-            state = self.jobs[job_id].state if job_id in self.jobs else JobState.pending
-            return rank.get(state, 2), -self._submitted.get(job_id, 0.0), job_id
+            status = jobs.get(job_id)
+            state = pending if status is None else status.state
+            return ((0 if state is held else 1 if state is pending else 2),
+                    -submitted.get(job_id, 0.0), job_id)
 
-        return sorted(job_ids, key=key)
+        ids = list(job_ids)
+        if count is not None and count < len(ids):
+            return heapq.nsmallest(max(0, count), ids, key=key)
+        return sorted(ids, key=key)
 
     def forget(self, job_id: str) -> None:
         """Drop what the pool keeps on a job that left the queue."""
@@ -357,41 +376,47 @@ class ManagedPool:
     def job_id_of_worker(self, worker_name: str) -> str | None:
         """The job id behind a worker name ``<cluster>-<pool>-<id>[-<process>]``."""
         found = self._by_name.get(worker_name)
-        if found is not None or not worker_name.startswith(self._name_prefix):
-            return found  # another pool's worker (or no pool's) costs one prefix check
+        if found is not None:
+            return found or None  # ("": another pool's worker, or no pool's)
+        if not worker_name.startswith(self._name_prefix):
+            self._remember(worker_name, "")  # never this pool's: one lookup from now on
+            return None
         suffix = worker_name[len(self._name_prefix):]
         if self._processes > 1 and "-" in suffix and suffix not in self._by_suffix:
             suffix = suffix.rsplit("-", 1)[0]  # --nworkers k: NAME-0 .. NAME-k-1
         found = self._by_suffix.get(suffix)
         if found is not None:  # one not yet tracked (adopted jobs) is looked up again
-            if len(self._by_name) > 100_000:
-                self._by_name.clear()
-            self._by_name[worker_name] = found
+            self._remember(worker_name, found)
         return found
+
+    def _remember(self, worker_name: str, job_id: str) -> None:
+        if len(self._by_name) > 100_000:
+            self._by_name.clear()
+        self._by_name[worker_name] = job_id
 
     def workers_by_job(self, live: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
         """Job id -> addresses of this pool's workers among ``live`` (address -> the
         scheduler's identity of the worker)."""
         out: dict[str, list[str]] = {}
-        known = self._by_name  # (a worker seen before: one lookup)
+        known = self._by_name.get  # (a worker seen before, ours or not: one lookup)
         for address, info in live.items():
             name = info.get("name")
-            job_id = known.get(name) or (  # type: ignore[call-overload]
-                self.job_id_of_worker(name) if isinstance(name, str) else None)
-            if job_id is None:
-                continue
-            jobs = out.get(job_id)
-            if jobs is None:
-                out[job_id] = [address]
-            else:
-                jobs.append(address)
+            job_id = known(name)  # type: ignore[arg-type]
+            if job_id is None and isinstance(name, str):
+                job_id = self.job_id_of_worker(name)
+            if job_id:
+                jobs = out.get(job_id)
+                if jobs is None:
+                    out[job_id] = [address]
+                else:
+                    jobs.append(address)
         return out
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
-        for status in statuses:
-            self.jobs[status.job_id] = status
-            self._by_suffix[worker_name_suffix(status.job_id)] = status.job_id
+        found = {status.job_id: status for status in statuses}
+        self.jobs.update(found)
+        self._by_suffix.update((worker_name_suffix(job_id), job_id) for job_id in found)
 
     def staging_path(self) -> Path:
         """The staging directory (a would-be path before the first submission)."""

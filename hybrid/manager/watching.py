@@ -160,8 +160,10 @@ class JobWatch:
         limit = self.stuck_after()
         new: list[JobStatus] = []
         for job_id, since in pool._first_pending.items():
+            if now - since < limit:
+                break  # (noted in the order seen: every later one waited less)
             status = pool.jobs.get(job_id)
-            if status is None or status.state is not JobState.pending or now - since < limit:
+            if status is None or status.state is not JobState.pending:
                 continue
             known = pool.stuck.get(job_id, "unreported")
             if known == "unreported" or (known is None and status.reason):

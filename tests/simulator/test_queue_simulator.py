@@ -74,6 +74,35 @@ def test_a_facility_day_keeps_every_promise_and_repeats_exactly() -> None:
     assert own["p99_ms"] <= whole["p99_ms"] and own["max_ms"] <= whole["max_ms"]
     again = scenarios.facility(scale=0.05)
     timing = ("decisions", "decisions_cpu", "decisions_own_cpu", "model_decisions",
-              "model_decisions_cpu", "wall_s")
+              "model_decisions_cpu", "collections_in_decisions", "wall_s")
     assert {k: v for k, v in first.items() if k not in timing} == {
         k: v for k, v in again.items() if k not in timing}
+
+
+def test_a_full_collection_in_a_decision_is_counted_apart_from_hybrids_own_time(
+        monkeypatch) -> None:
+    """A full garbage collection walks the whole process's objects (here mostly the
+    simulation's), so its length is the heap's: the simulator counts it apart, and leaves
+    its callback behind in no process."""
+    import gc
+
+    from hybrid.adaptive import PoolAdaptive
+
+    steps: list[int] = []
+    adapt = PoolAdaptive.adapt
+
+    async def collecting_adapt(self: PoolAdaptive) -> None:
+        if not steps:
+            gc.collect()  # one full collection, in the first adaptive step
+        steps.append(1)
+        await adapt(self)
+
+    monkeypatch.setattr(PoolAdaptive, "adapt", collecting_adapt)
+    callbacks = list(gc.callbacks)
+    found = scenarios.over_submission("hybrid", scale=0.05)
+    assert gc.callbacks == callbacks
+    collections = found["collections_in_decisions"]
+    assert collections["count"] >= 1, found
+    # the step with the collection took longer than any decision's own time
+    assert found["decisions_cpu"]["max_ms"] >= collections["max_ms"]
+    assert found["decisions_own_cpu"]["max_ms"] < collections["max_ms"], found
