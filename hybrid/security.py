@@ -352,22 +352,23 @@ def store_credentials(name: str, security: Security | None) -> ClusterCredential
     root = _private_root(create=True)
     assert root is not None
     directory = root / name
-    starting = ConfigurationError(
-        "HybridCluster.name", name, "a name no running cluster of yours uses (another "
-        "process is starting a cluster of that name)", "Choose another name.")
+
+    def in_use(why: str) -> ConfigurationError:
+        return ConfigurationError("HybridCluster.name", name, "a name no running cluster of "
+                                  f"yours uses ({why})", "Choose another name.")
+
+    starting = "another process is starting a cluster of that name"
     if directory.exists():
         old = _read(directory)
         if old is not None and old.pid != os.getpid() and old.owner_alive():
-            raise ConfigurationError(
-                "HybridCluster.name", name, "a name no running cluster of yours uses (process "
-                f"{old.pid} runs a cluster of that name)", "Choose another name.")
+            raise in_use(f"process {old.pid} runs a cluster of that name")
         if old is None and time.time() - _last_touched(directory) < UNRECORDED_GRACE:
-            raise starting  # (its TLS files are being written: see stale_credentials)
+            raise in_use(starting)  # (its TLS files are being written: see stale_credentials)
         shutil.rmtree(directory, ignore_errors=True)
     try:
         directory.mkdir(mode=0o700)
     except FileExistsError:
-        raise starting from None
+        raise in_use(starting) from None
     try:
         tls = security is not None and bool(security.tls_ca_file)
         if tls:
