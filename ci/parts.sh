@@ -12,9 +12,11 @@
 # write it); each lane's pytest summary line is logged when its phase ends, its whole output
 # follows the rest's. The exit status is 0 when every run
 # passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
-# 5 when none had a test, else 1. Stopped (a signal, or its own end), it interrupts every
-# run still going with a Ctrl-C: each pytest tears its fixtures down, deaf meanwhile to the
-# terminal's Ctrl-C and to a TERM (tests/conftest.py's interrupt_once); KILL after 60 s.
+# 5 when none had a test, else 1. Each run is a session of its own (setsid): a Ctrl-C in the
+# terminal reaches ci/test.sh, whose cleanup stops this script, and no run directly. Stopped
+# (a signal, or its own end), it interrupts every run still going with ONE Ctrl-C to its
+# process group, as a terminal would (a second one could cut a fixture's teardown short;
+# pytest-xdist's workers hear it too), and kills what is left of the group after 60 s.
 set -euo pipefail
 workers=$1
 shift
@@ -31,10 +33,10 @@ if [[ ${HYBRID_POOL_LANES:-1} == 0 ]]; then PHASES=("-"); fi  # (one pytest, no 
 rest_pid=""
 lane_pids=()
 logs=$(mktemp -d)
-stop_parts() {  # a Ctrl-C (each pytest tears its fixtures down), KILL after 60 s
+stop_parts() {  # one Ctrl-C to each run's process group; KILL what is left after 60 s
     local pid tries
     for pid in $rest_pid "${lane_pids[@]}"; do
-        kill -INT "$pid" 2>/dev/null || true
+        kill -INT -- "-$pid" 2>/dev/null || true
     done
     for pid in $rest_pid "${lane_pids[@]}"; do
         tries=0
@@ -42,7 +44,7 @@ stop_parts() {  # a Ctrl-C (each pytest tears its fixtures down), KILL after 60 
             sleep 0.2
             tries=$((tries + 1))
         done
-        kill -KILL "$pid" 2>/dev/null || true
+        kill -KILL -- "-$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
     rm -rf "$logs"
@@ -55,7 +57,7 @@ log "pytest: the rest in $((workers - 1)) worker(s); beside it the pools' tests,
     "time per lane, by phase: $(printf '[%s] ' "${PHASES[@]}")"
 # (in the background, so that a signal to this script is handled at once, not when a
 # pytest ends)
-"${command[@]}" --part rest -n "$((workers - 1))" "$@" &
+setsid "${command[@]}" --part rest -n "$((workers - 1))" "$@" &
 rest_pid=$!
 
 runs=()     # "pools" or "pools/LANE", in order
@@ -70,7 +72,7 @@ for phase in "${PHASES[@]}"; do
         else
             args=(--part pools --lane "$lane"); name="pools/$lane"
         fi
-        "${command[@]}" "${args[@]}" "$@" > "$logs/${#runs[@]}" 2>&1 &
+        setsid "${command[@]}" "${args[@]}" "$@" > "$logs/${#runs[@]}" 2>&1 &
         lane_pids+=($!)
         runs+=("$name")
     done

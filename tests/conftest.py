@@ -36,39 +36,11 @@ POOL_FIXTURES = {"htcondor_pool": "htcondor", "slurm_cluster": "slurm", "sge_cel
 
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker starts with Ctrl-C ignored, and so does a pytest that bash starts
-    in the background (ci/parts.sh's runs); an ignored signal stays ignored in every program
-    it starts: the scripts the Ctrl-C tests interrupt would never see it. Give such a pytest
-    a handler, as a plain ``pytest`` has. A run of ci/parts.sh (``--part``) also takes TERM
-    as a Ctrl-C, and only the first of them: see :func:`interrupt_once`."""
-    if config.getoption("part", None) is not None:
-        interrupt_once(forward=bool(getattr(config.option, "numprocesses", None))
-                       and not hasattr(config, "workerinput"))
-    elif signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    in the background (ci/test.sh's pools' part); an ignored signal stays ignored in every
+    program it starts: the scripts the Ctrl-C tests interrupt would never see it. Give such
+    a pytest Python's own handler, as a plain ``pytest`` has."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def interrupt_once(forward: bool) -> None:
-    """Take the first Ctrl-C or TERM as a Ctrl-C (the tests stop, every fixture is torn down)
-    and ignore the next ones, which would cut that teardown short: at a Ctrl-C in the
-    terminal every run of ci/parts.sh gets it, and ci/test.sh's cleanup then stops
-    ci/parts.sh, which sends each run a TERM. ``forward``: a pytest-xdist controller, whose
-    workers run the tests and hear only the terminal's signals, sends them the TERM."""
-
-    def interrupted(signum: int, frame: object) -> None:
-        for each in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(each, lambda *_: None)  # (not SIG_IGN: programs it starts hear it)
-        if forward:
-            import psutil
-
-            for worker in psutil.Process().children():
-                try:
-                    worker.terminate()
-                except psutil.Error:
-                    pass
-        raise KeyboardInterrupt(f"interrupted by {signal.Signals(signum).name}")
-
-    for each in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(each, interrupted)
 
 
 #: The parts of the parallel suite (``--part``).

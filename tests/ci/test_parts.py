@@ -1,11 +1,11 @@
 """``ci/parts.sh``, which runs the suite as pytest runs side by side (``ci/test.sh``'s
 default): the rest beside the pools' part, whose lanes run phase by phase; how it calls each
 run, how it combines their exit statuses, and that stopping it stops every run still going,
-each with a Ctrl-C so its fixtures are torn down.
+each with one Ctrl-C so its fixtures are torn down.
 
 The pytest it runs is a TEST DOUBLE (``PYTEST_DOUBLE`` below): it records its arguments,
 prints a line, and exits as the test asks, or waits until it is interrupted. The last test
-runs the REAL pytest with this suite's conftest, as ci/parts.sh starts it, and stops it."""
+runs ci/parts.sh with the REAL pytest and this suite's conftest, and stops it."""
 
 from __future__ import annotations
 
@@ -209,43 +209,41 @@ def test_a_pool_test_runs_in_the_lane_that_holds_what_it_uses(markers, fixtures,
         assert not ({*markers} & POOL_LANES[other][1]), other
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["one process", "xdist"])
 @pytest.mark.parametrize("stop", ["ctrl-c in the terminal", "term"])
-def test_a_real_run_is_torn_down_in_full_however_it_is_stopped(tmp_path, stop, workers) -> None:
-    """The REAL pytest with this suite's conftest, started by bash in the background as
-    ci/parts.sh starts its runs (so Ctrl-C is ignored at its start): a Ctrl-C in the
-    terminal (every process of the run hears it, then ci/parts.sh's TERM comes right after)
-    or a TERM alone (a CI runner stopping ci/test.sh) interrupts the test, and its fixture's
-    teardown runs to its end, not cut by the second signal."""
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--part",
-               "rest", *workers, "tests/ci/interrupted_run.py"]
-    script = (f"{' '.join(command)} > {tmp_path}/out 2>&1 & echo $! > {tmp_path}/pid; "
-              "wait $!; echo $? > " + f"{tmp_path}/rc")
-    bash = subprocess.Popen(["bash", "-c", script], cwd=REPO,
-                            env={**os.environ, "RECORD": str(tmp_path), "TEARDOWN_S": "1"})
-    try:
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("started-*")):
-            assert time.monotonic() < deadline, (tmp_path / "out").read_text()
-            assert bash.poll() is None, (tmp_path / "out").read_text()
-            time.sleep(0.05)
-        run = int((tmp_path / "pid").read_text())
-        if stop == "term":
-            os.kill(run, signal.SIGTERM)
-        else:
-            import psutil
+def test_a_real_run_is_torn_down_in_full_however_it_is_stopped(tmp_path, stop) -> None:
+    """ci/parts.sh with the REAL pytest and this suite's conftest, running one waiting test
+    in the rest (a pytest-xdist worker) and one in a lane: a Ctrl-C in the terminal (it
+    reaches the script's process group, which ci/test.sh's cleanup then stops with a TERM)
+    or a TERM alone (a CI runner stopping ci/test.sh) interrupts both tests once, and
+    both fixtures' teardowns run to their end."""
+    import psutil
 
-            for process in [psutil.Process(run), *psutil.Process(run).children()]:
-                process.send_signal(signal.SIGINT)
-            time.sleep(0.2)  # (ci/test.sh's cleanup, then ci/parts.sh's TERM)
-            os.kill(run, signal.SIGTERM)
-        assert bash.wait(timeout=60) == 0
+    command = ["bash", str(REPO / "ci" / "parts.sh"), "2", sys.executable, "-m", "pytest",
+               "-p", "no:cacheprovider", "-q", "--", "tests/ci/interrupted_run.py"]
+    script = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                              env={**os.environ, "RECORD": str(tmp_path), "TEARDOWN_S": "1"})
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(tmp_path.glob("started-*"))) < 2:
+            assert time.monotonic() < deadline and script.poll() is None, "not started"
+            time.sleep(0.1)
+        runs = [p for p in psutil.Process(script.pid).children(recursive=True)
+                if "pytest" in " ".join(p.cmdline())]
+        if stop == "term":
+            script.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(script.pid, signal.SIGINT)  # the terminal's Ctrl-C
+            time.sleep(0.2)
+            script.send_signal(signal.SIGTERM)  # (ci/test.sh's cleanup)
+        out, _ = script.communicate(timeout=120)
     finally:
-        if bash.poll() is None:
-            bash.kill()
-    out = (tmp_path / "out").read_text()
-    started = [p.name.split("-")[-1] for p in tmp_path.glob("started-*")]
-    torn_down = [p.name.split("-")[-1] for p in tmp_path.glob("torn-down-*")]
-    assert torn_down == started, out
-    assert (tmp_path / "rc").read_text().strip() == "2", out  # pytest's "interrupted"
-    assert "KeyboardInterrupt" in out and "Traceback" not in out, out
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+    assert script.returncode == 143, out
+    started = sorted(p.name.removeprefix("started-") for p in tmp_path.glob("started-*"))
+    torn_down = sorted(p.name.removeprefix("torn-down-") for p in tmp_path.glob("torn-down-*"))
+    assert len(started) == 2 and torn_down == started, out
+    assert "Traceback" not in out, out
+    _, alive = psutil.wait_procs(runs, timeout=10)
+    assert not alive, alive
