@@ -6,7 +6,8 @@ the user's setup commands) and the worker's arguments, without ``--name`` (the j
 it from its own batch job id). Every template, batch or Kubernetes, runs this same command.
 The worker starts through ``python -m distributed.cli.dask_worker``, which loads only what a
 worker needs (``python -m dask worker`` would import every ``dask`` CLI plugin first), and
-without its own dashboard unless ``worker_extra_args`` ask for it (``--dashboard``).
+without its own dashboard unless ``worker_extra_args`` ask for it (``--dashboard``). A worker
+whose scheduler is on loopback listens on loopback only (:func:`loopback_host`).
 A pool with a walltime and a lifetime (:mod:`hybrid.lifetimes`) gives its workers
 distributed's ``--lifetime`` shortly before the walltime, as a safety net: the pool manager
 drains each worker at the end of its lifetime, earlier.
@@ -164,6 +165,32 @@ def memory_watch(spec: PoolSpec, connection: Connection) -> tuple[int, str] | No
     return int(spec.memory_per_worker * fraction) // 1024, f"{fraction:g}"
 
 
+#: ``worker_extra_args`` that say where a worker listens (hybrid then adds nothing).
+_WHERE_TO_LISTEN = ("--host", "--listen-address", "--interface", "--dashboard-address")
+
+
+def loopback_host(address: str) -> str | None:
+    """The loopback host to listen on for workers whose scheduler is ``address``, when
+    that is a loopback address (``None`` otherwise): such workers run on the scheduler's
+    machine and only it talks to them, so they listen there alone, not on every
+    interface of a (maybe shared) node, as ``dask worker`` would by default."""
+    import ipaddress
+
+    from distributed.comm.addressing import get_address_host
+
+    try:
+        host = get_address_host(address)
+    except ValueError:
+        return None
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return str(ip) if ip.is_loopback else None
+
+
 def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
                    uses_nanny: bool | None = None,
                    tasks_per_gpu: int | None = None) -> WorkerCommand:
@@ -199,8 +226,14 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
         scheme, location = parse_address(spec.contact_address)
         words += ["--listen-address", f"{scheme}://0.0.0.0:{parse_host_port(location)[1]}",
                   "--contact-address", spec.contact_address]
-    elif spec.worker_port:
-        words += ["--worker-port", spec.worker_port]
+    else:
+        if spec.worker_port:
+            words += ["--worker-port", spec.worker_port]
+        loopback = loopback_host(connection.scheduler_address)
+        if loopback and not any(arg.split("=")[0] in _WHERE_TO_LISTEN
+                                for arg in spec.worker_extra_args):
+            words += ["--host", loopback,  # its HTTP server (health, metrics) as well
+                      "--dashboard-address", f"{_bracketed(loopback)}:0"]
     if nanny and spec.nanny_port:
         words += ["--nanny-port", spec.nanny_port]
     words += ["--death-timeout", str(spec.death_timeout)]
@@ -210,6 +243,10 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
     words += spec.worker_extra_args
     return WorkerCommand(prefix=(*spec.container_prefix(), *spec.launcher()),
                          python=worker_python(spec), arguments=tuple(words))
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def worker_commands(spec: PoolSpec, connection: Connection,

@@ -154,6 +154,60 @@ def test_hybrid_cluster_with_defaults_refuses_outsiders(staging, credentials_dir
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("system", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_workers_of_a_scheduler_on_loopback_listen_on_loopback_only(
+        request, staging, credentials_directory, system) -> None:
+    """A worker job whose scheduler is on loopback runs on the scheduler's machine: it
+    listens there alone (its comm and its HTTP server), not on every interface of a node
+    that others share, as ``dask worker`` does by default (a Slurm job's worker listened on
+    every IPv4 and IPv6 address of the machine)."""
+    import psutil
+
+    if system == "slurm":
+        request.getfixturevalue("slurm_cluster")
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", system, ComputeResources(number_of_threads=1), nanny=False,
+                         **({"memory": "512 MiB", "walltime": "00:10"}
+                            if system == "slurm" else {}))
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=180, progress=False)
+        with cluster.get_client() as client:
+            ((address, pid),) = client.run(os.getpid).items()
+        assert address.startswith("tls://127.0.0.1:")
+        worker = psutil.Process(pid)
+        sockets = getattr(worker, "net_connections", None) or worker.connections
+        listening = [c.laddr for c in sockets(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert len(listening) >= 2, listening  # (the comm and the HTTP server)
+        assert {laddr.ip for laddr in listening} == {"127.0.0.1"}, listening
+
+
+@pytest.mark.parametrize("scheduler, extra, expected", [
+    ("tcp://127.0.0.1:8786", [], ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]),
+    ("tcp://localhost:8786", [], ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]),
+    ("tcp://[::1]:8786", [], ["--host", "::1", "--dashboard-address", "[::1]:0"]),
+    ("tcp://gateway.example.org:443", [], []),
+    ("tcp://10.0.0.7:8786", [], []),
+    ("tcp://127.0.0.1:8786", ["--host", "127.0.0.2"], []),
+    ("tcp://127.0.0.1:8786", ["--interface=lo"], []),
+    ("tcp://127.0.0.1:8786", ["--listen-address", "tcp://127.0.0.1:4000"], []),
+    ("tcp://127.0.0.1:8786", ["--dashboard-address", ":8788"], []),
+])
+def test_where_a_worker_listens_follows_its_schedulers_address(scheduler, extra,
+                                                              expected) -> None:
+    """Loopback scheduler: the worker listens on loopback; anything else, or the user's
+    own say in ``worker_extra_args``: hybrid adds nothing (``dask worker``'s default)."""
+    from hybrid.pools import PoolSpec
+    from hybrid.worker import Connection, worker_command
+
+    spec = PoolSpec.build("cpu", "local", nanny=False, worker_extra_args=extra)
+    words = list(worker_command(spec, Connection(scheduler), None).arguments)
+    assert words[len(words) - len(extra):] == extra  # (the user's come last, as given)
+    ours = words[:len(words) - len(extra)]
+    added = [word for flag in ("--host", "--dashboard-address") if flag in ours
+             for word in (flag, ours[ours.index(flag) + 1])]
+    assert added == expected, words
+
+
 def test_plain_tcp_when_asked_is_open_to_anyone(staging, tmp_path, recwarn) -> None:
     """The control: plain TCP, asked for, on loopback (no warning there) lets the very same
     outsider run code. This is why TLS is the default."""
