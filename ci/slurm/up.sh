@@ -116,6 +116,14 @@ mark install
 REALMEM=$(slurmd -C 2>/dev/null | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -n1)
 [[ -n $REALMEM ]] || fail "could not read RealMemory from 'slurmd -C'"
 
+# The daemons (and srun) listen on loopback alone where this host's name resolves there, as
+# NodeAddr and SlurmctldHost do (else on every interface: Slurm binds to what the name
+# resolves to, and the node would be unreachable at 127.0.0.1).
+LISTEN="# (the daemons listen on every interface: $NODE does not resolve to 127.0.0.1)"
+if [[ "$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')" == 127.0.0.1 ]]; then
+    LISTEN="CommunicationParameters=NoCtldInAddrAny,NoInAddrAny"
+fi
+
 NEWCONF=$(cat <<EOF
 # Written by hybrid ci/slurm/up.sh -- single-node CI cluster. Do not edit.
 ClusterName=hybridci
@@ -146,6 +154,7 @@ KillWait=5
 InactiveLimit=0
 SlurmctldPort=6817
 SlurmdPort=6818
+$LISTEN
 StateSaveLocation=$SAVE
 SlurmdSpoolDir=$SPOOL
 SlurmctldPidFile=$RUN/slurmctld.pid
