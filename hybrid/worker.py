@@ -7,7 +7,7 @@ it from its own batch job id). Every template, batch or Kubernetes, runs this sa
 The worker starts through ``python -m distributed.cli.dask_worker``, which loads only what a
 worker needs (``python -m dask worker`` would import every ``dask`` CLI plugin first), and
 without its own dashboard unless ``worker_extra_args`` ask for it (``--dashboard``). A worker
-whose scheduler is on loopback listens on loopback only (:func:`loopback_host`).
+whose scheduler is on loopback listens on loopback only (``loopback_host``).
 A pool with a walltime and a lifetime (:mod:`hybrid.lifetimes`) gives its workers
 distributed's ``--lifetime`` shortly before the walltime, as a safety net: the pool manager
 drains each worker at the end of its lifetime, earlier.

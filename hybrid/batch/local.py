@@ -76,7 +76,7 @@ class LocalProcesses(BatchSystem):
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
         """The shared template variables; the workers listen where their scheduler does
         when that is an address of this machine (a loopback scheduler's workers of every
-        system do already: :func:`hybrid.worker.loopback_host`)."""
+        system do already: ``hybrid.worker.loopback_host``)."""
         import dataclasses
 
         from distributed.comm.addressing import unparse_host_port
