@@ -165,38 +165,33 @@ def memory_watch(spec: PoolSpec, connection: Connection) -> tuple[int, str] | No
     return int(spec.memory_per_worker * fraction) // 1024, f"{fraction:g}"
 
 
-#: ``worker_extra_args`` that say where a worker listens (hybrid then adds nothing).
-_WHERE_TO_LISTEN = ("--host", "--listen-address", "--interface", "--dashboard-address")
-
-
 def loopback_host(address: str) -> str | None:
     """The loopback host to listen on for workers whose scheduler is ``address``, when
     that is a loopback address (``None`` otherwise): such workers run on the scheduler's
     machine and only it talks to them, so they listen there alone, not on every
     interface of a (maybe shared) node, as ``dask worker`` would by default."""
-    import ipaddress
-
     from distributed.comm.addressing import get_address_host
+
+    from hybrid.security import is_loopback_host
 
     try:
         host = get_address_host(address)
     except ValueError:
         return None
-    if host == "localhost":
-        return "127.0.0.1"
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
+    if not is_loopback_host(host):
         return None
-    return str(ip) if ip.is_loopback else None
+    return "127.0.0.1" if host == "localhost" else host
 
 
 def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
                    uses_nanny: bool | None = None,
-                   tasks_per_gpu: int | None = None) -> WorkerCommand:
+                   tasks_per_gpu: int | None = None,
+                   listen_host: str | None = None) -> WorkerCommand:
     """The command a worker job of ``spec`` runs; ``tls``: the files as the job sees them;
     ``tasks_per_gpu``: a GPU pool's sharing (default: without an MPS daemon, see
-    :mod:`hybrid.gpusharing`)."""
+    :mod:`hybrid.gpusharing`); ``listen_host``: where the worker and its HTTP server listen
+    (default: :func:`loopback_host` of the scheduler's address; ``None`` from it: every
+    interface), unless ``worker_extra_args`` or a contact address say it."""
     shape = layout(spec, tasks_per_gpu, nanny_possible=connection.sni is None)
     if uses_nanny is not None:
         nanny = uses_nanny
@@ -226,14 +221,17 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
         scheme, location = parse_address(spec.contact_address)
         words += ["--listen-address", f"{scheme}://0.0.0.0:{parse_host_port(location)[1]}",
                   "--contact-address", spec.contact_address]
-    else:
-        if spec.worker_port:
-            words += ["--worker-port", spec.worker_port]
-        loopback = loopback_host(connection.scheduler_address)
-        if loopback and not any(arg.split("=")[0] in _WHERE_TO_LISTEN
-                                for arg in spec.worker_extra_args):
-            words += ["--host", loopback,  # its HTTP server (health, metrics) as well
-                      "--dashboard-address", f"{_bracketed(loopback)}:0"]
+    elif spec.worker_port:
+        words += ["--worker-port", spec.worker_port]
+    host = listen_host or loopback_host(connection.scheduler_address)
+    given = {arg.split("=", 1)[0] for arg in spec.worker_extra_args}
+    if host and not spec.contact_address and not given & {
+            "--host", "--listen-address", "--interface"}:
+        words += ["--host", host]
+    if host and "--dashboard-address" not in given:  # its HTTP server (health, metrics)
+        from distributed.comm.addressing import unparse_host_port
+
+        words += ["--dashboard-address", unparse_host_port(host, 0)]
     if nanny and spec.nanny_port:
         words += ["--nanny-port", spec.nanny_port]
     words += ["--death-timeout", str(spec.death_timeout)]
@@ -245,16 +243,14 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
                          python=worker_python(spec), arguments=tuple(words))
 
 
-def _bracketed(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-def worker_commands(spec: PoolSpec, connection: Connection,
-                    tls: TLSFiles | None) -> tuple[WorkerCommand, WorkerCommand | None]:
+def worker_commands(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
+                    listen_host: str | None = None
+                    ) -> tuple[WorkerCommand, WorkerCommand | None]:
     """The worker command without an MPS daemon, and the one under it where a GPU pool's job
     starts or finds one and that changes the command (``None`` otherwise)."""
-    plain = worker_command(spec, connection, tls)
+    plain = worker_command(spec, connection, tls, listen_host=listen_host)
     if not starts_mps(spec):
         return plain, None
-    shared = worker_command(spec, connection, tls, tasks_per_gpu=variants(spec)[1])
+    shared = worker_command(spec, connection, tls, tasks_per_gpu=variants(spec)[1],
+                            listen_host=listen_host)
     return plain, (shared if shared != plain else None)

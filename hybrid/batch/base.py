@@ -235,11 +235,17 @@ class BatchSystem(abc.ABC):
             return job.spec.walltime
         return hhmm(int(-(-job.spec.lease // 60)))
 
+    def worker_listen_host(self, job: WorkerJob) -> str | None:
+        """Where the job's worker listens (``None``: the rule of
+        :func:`hybrid.worker.worker_command`, loopback for a scheduler on loopback)."""
+        return None
+
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
         """Template variables shared by every system."""
         tls = self.job_paths(staging) if job.connection.tls is not None else None
         hhmm = self.walltime(job)
-        worker, worker_mps = worker_commands(job.spec, job.connection, tls)
+        worker, worker_mps = worker_commands(job.spec, job.connection, tls,
+                                             self.worker_listen_host(job))
         # a nanny watches the memory where the command has one (GPU sharing's processes too)
         nannies = any("--nanny" in c.arguments for c in (worker, worker_mps) if c is not None)
         watch = None if nannies else memory_watch(job.spec, job.connection)

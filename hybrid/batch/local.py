@@ -73,28 +73,11 @@ class LocalProcesses(BatchSystem):
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
 
-    def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
-        """The shared template variables; the workers listen where their scheduler does
-        when that is an address of this machine (a loopback scheduler's workers of every
-        system do already: ``hybrid.worker.loopback_host``)."""
-        import dataclasses
-
-        from distributed.comm.addressing import unparse_host_port
-
-        context = super().context(job, staging, count)
-        worker = context["worker"]
-        host = listen_host(job.connection.scheduler_address)
-        given = {arg.split("=", 1)[0] for arg in worker.arguments}
-        added: list[str] = []
-        if host is not None and not job.spec.contact_address and not given & {
-                "--host", "--listen-address"}:
-            added += ["--host", host]
-        if host is not None and "--dashboard-address" not in given:  # its HTTP server too
-            added += ["--dashboard-address", unparse_host_port(host, 0)]
-        if added:
-            context["worker"] = dataclasses.replace(
-                worker, arguments=(*worker.arguments, *added))
-        return context
+    def worker_listen_host(self, job: WorkerJob) -> str | None:
+        """Where its scheduler listens, when that is an address of this machine (a local
+        job runs here): ``HybridCluster(host="127.0.0.1")``'s workers on 127.0.0.1 only,
+        not on every interface."""
+        return listen_host(job.connection.scheduler_address)
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Start ``count`` worker processes from one rendered script."""

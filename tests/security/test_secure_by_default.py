@@ -187,15 +187,18 @@ def test_workers_of_a_scheduler_on_loopback_listen_on_loopback_only(
     ("tcp://[::1]:8786", [], ["--host", "::1", "--dashboard-address", "[::1]:0"]),
     ("tcp://gateway.example.org:443", [], []),
     ("tcp://10.0.0.7:8786", [], []),
-    ("tcp://127.0.0.1:8786", ["--host", "127.0.0.2"], []),
-    ("tcp://127.0.0.1:8786", ["--interface=lo"], []),
-    ("tcp://127.0.0.1:8786", ["--listen-address", "tcp://127.0.0.1:4000"], []),
-    ("tcp://127.0.0.1:8786", ["--dashboard-address", ":8788"], []),
+    ("tcp://127.0.0.1:8786", ["--host", "127.0.0.2"],
+     ["--dashboard-address", "127.0.0.1:0"]),
+    ("tcp://127.0.0.1:8786", ["--interface=lo"], ["--dashboard-address", "127.0.0.1:0"]),
+    ("tcp://127.0.0.1:8786", ["--listen-address", "tcp://127.0.0.1:4000"],
+     ["--dashboard-address", "127.0.0.1:0"]),
+    ("tcp://127.0.0.1:8786", ["--dashboard-address", ":8788"], ["--host", "127.0.0.1"]),
 ])
 def test_where_a_worker_listens_follows_its_schedulers_address(scheduler, extra,
                                                               expected) -> None:
-    """Loopback scheduler: the worker listens on loopback; anything else, or the user's
-    own say in ``worker_extra_args``: hybrid adds nothing (``dask worker``'s default)."""
+    """Loopback scheduler: the worker and its HTTP server listen on loopback; anything
+    else: hybrid adds nothing (``dask worker``'s default); where the user's
+    ``worker_extra_args`` say where one of them listens, that one is theirs."""
     from hybrid.pools import PoolSpec
     from hybrid.worker import Connection, worker_command
 
