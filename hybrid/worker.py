@@ -190,7 +190,7 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
     """The command a worker job of ``spec`` runs; ``tls``: the files as the job sees them;
     ``tasks_per_gpu``: a GPU pool's sharing (default: without an MPS daemon, see
     :mod:`hybrid.gpusharing`); ``listen_host``: where the worker and its HTTP server listen
-    (default: :func:`loopback_host` of the scheduler's address; ``None`` from it: every
+    (default: ``loopback_host`` of the scheduler's address; ``None`` from it: every
     interface), unless ``worker_extra_args`` or a contact address say it."""
     shape = layout(spec, tasks_per_gpu, nanny_possible=connection.sni is None)
     if uses_nanny is not None:
