@@ -35,6 +35,7 @@ lane_pids=()
 logs=$(mktemp -d)
 stop_parts() {  # one Ctrl-C to each run's process group; KILL what is left after 60 s
     local pid tries
+    trap '' INT TERM HUP  # (a second signal must not cut this short: the runs tear down)
     for pid in $rest_pid "${lane_pids[@]}"; do
         kill -INT -- "-$pid" 2>/dev/null || true
     done

@@ -170,17 +170,20 @@ def loopback_host(address: str) -> str | None:
     that is a loopback address (``None`` otherwise): such workers run on the scheduler's
     machine and only it talks to them, so they listen there alone, not on every
     interface of a (maybe shared) node, as ``dask worker`` would by default."""
-    from distributed.comm.addressing import get_address_host
+    import ipaddress
 
-    from hybrid.security import is_loopback_host
+    from distributed.comm.addressing import get_address_host
 
     try:
         host = get_address_host(address)
     except ValueError:
         return None
-    if not is_loopback_host(host):
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return host if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
         return None
-    return "127.0.0.1" if host == "localhost" else host
 
 
 def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,

@@ -220,9 +220,10 @@ def test_a_real_run_is_torn_down_in_full_however_it_is_stopped(tmp_path, stop) -
 
     command = ["bash", str(REPO / "ci" / "parts.sh"), "2", sys.executable, "-m", "pytest",
                "-p", "no:cacheprovider", "-q", "--", "tests/ci/interrupted_run.py"]
-    script = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                              env={**os.environ, "RECORD": str(tmp_path), "TEARDOWN_S": "1"})
+    script = subprocess.Popen(  # (Ctrl-C ignored: ci/test.sh starts it in the background)
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env={**os.environ, "RECORD": str(tmp_path), "TEARDOWN_S": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + 180
         while len(list(tmp_path.glob("started-*"))) < 2:
@@ -236,6 +237,8 @@ def test_a_real_run_is_torn_down_in_full_however_it_is_stopped(tmp_path, stop) -
             os.killpg(script.pid, signal.SIGINT)  # the terminal's Ctrl-C
             time.sleep(0.2)
             script.send_signal(signal.SIGTERM)  # (ci/test.sh's cleanup)
+            time.sleep(0.2)
+            script.send_signal(signal.SIGTERM)  # (and a second one: still a clean stop)
         out, _ = script.communicate(timeout=120)
     finally:
         if script.poll() is None:
