@@ -493,17 +493,25 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if pool.adaptive is None or self.clock() - pool.refreshed_at >= poll:
             await self.refresh(pool)
         if pool.failed:
+            await self._remove_held(pool)  # held after the pool gave up: removed all the same
             await self._give_up(pool)
             return
         await self.check_lifetimes(pool)
         if pool.adaptive is None and pool.target > len(pool.counted()):
             async with pool.scaling:
                 await self._refill(pool)
+        await self._remove_held(pool)
+
+    async def _remove_held(self, pool: ManagedPool) -> None:
+        """With ``hybrid.batch.held-jobs: replace``, remove the held jobs, each a failure
+        (once, and none once the pool gave up); the next reconcile replaces them."""
+        if config.get("batch.held-jobs", "report") != "replace":
+            return
         held = [s for s in pool.jobs.values() if s.state is JobState.held]
-        if held and config.get("batch.held-jobs", "report") == "replace":
-            for status in held:
+        for status in held:
+            if pool.failed is None and status.job_id not in pool._removed:
                 self._failure(pool, f"job {status.job_id} is held: {status.reason}")
-            await self.remove(pool, [s.job_id for s in held])
+        await self.remove(pool, [s.job_id for s in held])
 
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
