@@ -290,6 +290,13 @@ class BatchSystem(abc.ABC):
         """Every file a submission writes or sends, by name (for ``job_script()``)."""
         return {self.template.removesuffix(".j2"): self.render(job, staging, count)}
 
+    def prepare(self, job: WorkerJob, staging: Path) -> None:
+        """Before a pool is accepted: render its job files once (a template that cannot
+        render is an error of ``add_pool``, not of the first ``scale``, and the first
+        submission does not pay for compiling the templates). Systems add what else their
+        first submission would load."""
+        self.job_files(job, staging)
+
     def job_script(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
         """The job's files as one text, for reading before anything is submitted."""
         files = self.job_files(job, staging, count)

@@ -17,6 +17,7 @@ and ``connect`` find them again, and ``periodic_remove`` on a lease so none outl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -362,6 +363,13 @@ class HTCondor(BatchSystem):
         """The submit description and the worker's executable."""
         return {"submit description": self.render(job, staging, count),
                 "worker.sh (the job's executable)": self.render_wrapper(job, staging)}
+
+    def prepare(self, job: WorkerJob, staging: Path) -> None:
+        """The base's, and the bindings imported (a tenth of a second, once per process),
+        where they are installed: without them the first submission says so."""
+        super().prepare(job, staging)
+        with contextlib.suppress(ToolMissing):
+            _bindings()
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """One cluster of ``count`` procs; on any failure the cluster is removed again."""

@@ -101,6 +101,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if system is None:
             system = get_system(spec.system, **spec.system_options)
         pool = ManagedPool(spec, system, WorkerJob(self.cluster, spec, self.connection))
+        system.prepare(pool.job, pool.staging_path())
         self.pools[spec.name] = pool
         return pool
 

@@ -173,3 +173,23 @@ def test_adaptive_reports_a_job_stuck_in_the_queue_and_does_not_resubmit(
             assert len(pool.stuck) == 1
             del future
     assert slurm_jobs(cluster.name) == []
+
+
+@pytest.mark.parametrize("system", ["sge", "htcondor", "slurm"])
+def test_a_template_that_cannot_render_is_an_error_of_add_pool(system: str,
+                                                               tmp_path: Path) -> None:
+    """A user's own template is rendered when the pool is added: its error comes from
+    ``add_pool`` (no pool, no staging directory, nothing submitted), not from a later
+    ``scale``."""
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    name = {"sge": "sge.sh.j2", "htcondor": "htcondor.sub.j2", "slurm": "slurm.sh.j2"}[system]
+    (templates / name).write_text("{{ no_such_value }}\n")
+    staging = tmp_path / "staging"
+    with dask.config.set({"hybrid.templates.directory": str(templates),
+                          "hybrid.batch.staging-directory": str(staging)}), \
+            HybridCluster(name=f"tpl-{system}", dashboard_address=None) as cluster:
+        with pytest.raises(TemplateError, match="no_such_value"):
+            cluster.add_pool("cpu", system)
+        assert "cpu" not in cluster.manager.pools
+    assert not staging.exists() or list(staging.iterdir()) == []

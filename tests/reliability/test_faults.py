@@ -315,6 +315,9 @@ class ScriptedQueue:
         self.states = dict(states)
         self.removed: list[str] = []
 
+    def prepare(self, job, staging) -> None:
+        """No job files to render."""
+
     def query(self, cluster=None, job_ids=None, history=False) -> list[JobStatus]:
         return [JobStatus(j, s, f"{s.value} for a test", "heldlate", "cpu")
                 for j, s in self.states.items() if job_ids is None or j in job_ids]
