@@ -503,17 +503,6 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 await self._refill(pool)
         await self._remove_held(pool)
 
-    async def _remove_held(self, pool: ManagedPool) -> None:
-        """With ``hybrid.batch.held-jobs: replace``, remove the held jobs, each a failure
-        (once, and none once the pool gave up); the next reconcile replaces them."""
-        if config.get("batch.held-jobs", "report") != "replace":
-            return
-        held = [s for s in pool.jobs.values() if s.state is JobState.held]
-        for status in held:
-            if pool.failed is None and status.job_id not in pool._removed:
-                self._failure(pool, f"job {status.job_id} is held: {status.reason}")
-        await self.remove(pool, [s.job_id for s in held])
-
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
         missing = pool.target - len(pool.counted())

@@ -6,7 +6,8 @@ waited; a job that ran and waits in the queue again, or that the system started 
 between two looks, was evicted (HTCondor vacate, Slurm requeue or preemption): that is
 reported as such and is never a failure; jobs pending longer than
 ``hybrid.batch.stuck-timeout`` are reported together with the batch system's reasons; and
-every change of a pool's jobs by state is one readable INFO line.
+every change of a pool's jobs by state is one readable INFO line. With
+``hybrid.batch.held-jobs: replace``, held jobs are removed here (each a failure).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class JobWatch:
     clock: Callable[[], float]
     pools: dict[str, ManagedPool]
     call: Callable[..., Awaitable[Any]]
+    remove: Callable[[ManagedPool, Iterable[str]], Awaitable[None]]
+    _failure: Callable[..., None]
     pool: Callable[[str | None], ManagedPool]
 
     async def adopt(self, names: Iterable[str] | None = None) -> None:
@@ -151,6 +154,17 @@ class JobWatch:
         logger.warning("pool %s: job %s ended (%s) while its worker was in the cluster; its "
                        "running tasks are rerun elsewhere.%s", pool.name, status.job_id,
                        status.reason or status.state.value, hint)
+
+    async def _remove_held(self, pool: ManagedPool) -> None:
+        """With ``hybrid.batch.held-jobs: replace``, remove the held jobs, each a failure
+        (once, and none once the pool gave up); the next reconcile replaces them."""
+        if config.get("batch.held-jobs", "report") != "replace":
+            return
+        held = [s for s in pool.jobs.values() if s.state is JobState.held]
+        for status in held:
+            if pool.failed is None and status.job_id not in pool._removed:
+                self._failure(pool, f"job {status.job_id} is held: {status.reason}")
+        await self.remove(pool, [s.job_id for s in held])
 
     def _report_pending(self, pool: ManagedPool, now: float) -> None:
         """One warning for the jobs that newly waited longer than the stuck timeout (or
