@@ -45,6 +45,8 @@ __all__ = [
     "InsecureClusterWarning",
     "ask_scheduler",
     "attach_security",
+    "browsable",
+    "browser_port",
     "credentials_root",
     "dashboard_link",
     "dashboard_listen",
@@ -163,22 +165,57 @@ def warn_if_open(what: str, address: str, listens_on: str | None, asked: str) ->
         InsecureClusterWarning)
 
 
+#: The ports browsers refuse to open a page on (the Fetch standard's "bad ports", which
+#: Chromium, Firefox and Safari apply: ``ERR_UNSAFE_PORT``). A system whose ephemeral
+#: ports start low (1024-65535) can hand one out for a port 0.
+BROWSER_BLOCKED_PORTS = frozenset({
+    1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
+    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389,
+    427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636,
+    989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
+    6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080})
+
+
+def browser_port(host: str) -> int:
+    """A free TCP port on ``host`` (IPv4) that browsers open pages on."""
+    from distributed.utils import open_port
+
+    while (port := open_port(host)) in BROWSER_BLOCKED_PORTS:
+        pass
+    return port
+
+
+def browsable(address: str) -> str:
+    """A listen address with its port 0 ("any free port") made a free port that browsers
+    open; other addresses as they are (and an IPv6 host's port 0, left to the system)."""
+    if not address.endswith(":0"):
+        return address
+    from distributed.comm.addressing import parse_host_port, unparse_host_port
+
+    host, _ = parse_host_port(address, default_port=0)
+    try:
+        return unparse_host_port(host, browser_port(host))
+    except OSError:
+        return address
+
+
 def dashboard_listen(dashboard_address: str | bool | None) -> tuple[str, bool]:
     """Where the scheduler's HTTP server listens and whether it shows the dashboard.
 
     ``True``: the configured place (``hybrid.scheduler.dashboard-address``, loopback by
     default); a string: there; ``None``/``False``: no dashboard (the scheduler's HTTP routes,
-    health and metrics, still answer, on loopback only).
+    health and metrics, still answer, on loopback only). A dashboard's port 0 becomes a free
+    port browsers open (:func:`browsable`).
     """
     if dashboard_address is True:
         configured = config.get("scheduler.dashboard-address", "127.0.0.1:0")
         if configured is None:
             return "127.0.0.1:0", False
-        return str(configured), True
+        return browsable(str(configured)), True
     if dashboard_address is None or dashboard_address is False:
         return "127.0.0.1:0", False
     if isinstance(dashboard_address, (str, int)) and not isinstance(dashboard_address, bool):
-        return str(dashboard_address), True
+        return browsable(str(dashboard_address)), True
     raise ConfigurationError("dashboard_address", dashboard_address,
                              'an address like "127.0.0.1:8787" or ":8787", True for '
                              "hybrid.scheduler.dashboard-address, or None for no dashboard")

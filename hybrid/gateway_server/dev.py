@@ -50,6 +50,7 @@ from hybrid.gateway_server.settings import (
     parse_settings,
     settings_yaml,
 )
+from hybrid.security import browser_port
 
 logger = logging.getLogger(__name__)
 
@@ -364,7 +365,8 @@ def _dev_settings(state: Path, api_port: int, port: int, proxy_port: int,
 
 
 def _free_ports(port: int, proxy_port: int) -> tuple[int, int, int]:
-    ports = {"port": port or open_port(HOST), "proxy_port": proxy_port or open_port(HOST)}
+    # the HTTP port is the page people open: one browsers open
+    ports = {"port": port or browser_port(HOST), "proxy_port": proxy_port or open_port(HOST)}
     api_port = open_port(HOST)
     while api_port in ports.values():
         api_port = open_port(HOST)

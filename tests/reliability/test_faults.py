@@ -299,7 +299,10 @@ def test_held_jobs_are_reported_or_replaced_never_in_a_loop(
             reported = time.monotonic() - started
             assert "max-failures = 3" in str(pool.failed)
             calls = pool.submit_calls
-            assert calls == 2  # 2 held, replaced; 2 held again: 3 failures give up
+            # 2 held, replaced, held again: the 3rd failure gives up. The system may hold
+            # the 2 jobs of a submission at different reconciles, so each replacement can
+            # be a submission of its own: 2 or 3 submissions, at most 2 replacements
+            assert calls in (2, 3) and pool.submitted <= 4, (calls, pool.submitted)
             reconciles.wait(5)
             assert pool.submit_calls == calls
             wait_for(lambda: real.live(cluster.name) == [], 60, "the held jobs to be removed")
