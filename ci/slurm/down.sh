@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Stop the single-node CI Slurm started by up.sh.
 #
-# Cancels all jobs (every job on the CI machine is ours), then SIGTERMs only
-# the pids recorded in the state dir (slurmd, slurmctld, munged -- never by
-# name), waits, SIGKILLs those still alive, removes the pid files.
+# Cancels all jobs (every job on the CI machine is ours), stops what is left of
+# them (sweep-jobs.sh: processes carrying this cluster's SLURM_CLUSTER_NAME), then
+# SIGTERMs only the pids recorded in the state dir (slurmd, slurmctld, munged --
+# never by name), waits, SIGKILLs those still alive, removes the pid files.
 # Idempotent: exits 0 when nothing is up.
 set -euo pipefail
 
@@ -41,6 +42,9 @@ if recorded_pid "$RUN/slurmctld.pid" slurmctld >/dev/null \
         done
     fi
 fi
+
+# what scancel did not reach (a job's process reparented to init): ClusterName of up.sh
+bash "$(dirname "${BASH_SOURCE[0]}")/sweep-jobs.sh" hybridci || true
 
 # ---------------------------------------------------------------- daemons
 declare -A PIDS=()

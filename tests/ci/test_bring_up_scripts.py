@@ -45,3 +45,45 @@ def test_no_mirror_in_the_sources_is_a_clear_error_not_a_guessed_address(tmp_pat
 def test_an_explicit_mirror_wins(tmp_path) -> None:
     result = mirror(tmp_path, {"HYBRID_CI_DEBIAN_MIRROR": "http://local.example/debian"})
     assert result.returncode == 0 and result.stdout.strip() == "http://local.example/debian"
+
+
+SWEEP = Path(__file__).resolve().parents[2] / "ci" / "slurm" / "sweep-jobs.sh"
+
+
+def _started_with_cluster(name: str, *argv: str) -> subprocess.Popen:
+    """A process in a session of its own carrying ``SLURM_CLUSTER_NAME=name``, as slurmstepd
+    gives a job's processes."""
+    import os
+
+    return subprocess.Popen(list(argv), env={**os.environ, "SLURM_CLUSTER_NAME": name},
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["leaves at TERM", "needs KILL"])
+def test_the_slurm_sweep_stops_exactly_the_named_clusters_job_processes(
+        ignores_term: bool) -> None:
+    """ci/slurm/down.sh's sweep (what scancel missed: a job's process reparented to init)
+    stops the processes of the named cluster's jobs, and no other."""
+    import uuid
+
+    name = f"sweeptest{uuid.uuid4().hex[:8]}"
+    program = ["bash", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"] if ignores_term \
+        else ["sleep", "600"]
+    ours = _started_with_cluster(name, *program)
+    another = _started_with_cluster(name + "x", "sleep", "600")
+    try:
+        result = subprocess.run(["bash", str(SWEEP), name], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert f"  {ours.pid}: " in result.stdout and str(another.pid) not in result.stdout
+        ours.wait(timeout=30)  # (it was stopped: only the zombie was left for us to reap)
+        assert ("SIGKILL" in result.stdout) is ignores_term
+        assert another.poll() is None
+        again = subprocess.run(["bash", str(SWEEP), name], capture_output=True, text=True,
+                               timeout=60)
+        assert again.returncode == 0 and again.stdout == ""  # nothing left: says nothing
+    finally:
+        for process in (ours, another):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
