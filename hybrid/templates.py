@@ -131,10 +131,17 @@ def _environment(directories: tuple[Path, ...]) -> jinja2.Environment:
 def render(name: str, **context: Any) -> str:
     """Render template ``name`` with ``context``; a missing variable is an error."""
     env = _environment(tuple(template_directories()))
+    template = None
     try:
-        return env.get_template(name).render(**context)
+        template = env.get_template(name)
+        return template.render(**context)
     except jinja2.TemplateNotFound:
         where = ", ".join(str(d) for d in template_directories())
         raise TemplateError(f"job template {name!r} not found in {where}") from None
-    except jinja2.UndefinedError as error:
-        raise TemplateError(f"job template {name!r}: {error}") from None
+    except jinja2.TemplateError as error:  # a variable it does not have, its syntax
+        path = getattr(error, "filename", None) or getattr(template, "filename", None) or name
+        line = f", line {error.lineno}" if getattr(error, "lineno", None) else ""
+        raise TemplateError(
+            f"job template {name!r} ({path}{line}): {error}. Fix the template"
+            + (", or unset hybrid.templates.directory to use hybrid's own"
+               if config.get("templates.directory", None) else "")) from None

@@ -193,3 +193,16 @@ def test_a_template_that_cannot_render_is_an_error_of_add_pool(system: str,
             cluster.add_pool("cpu", system)
         assert "cpu" not in cluster.manager.pools
     assert not staging.exists() or list(staging.iterdir()) == []
+
+
+def test_a_user_template_with_a_syntax_error_is_a_clear_error_of_add_pool(tmp_path: Path) -> None:
+    """Jinja's own syntax error becomes hybrid's: the file, the line, and the fix."""
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "slurm.sh.j2").write_text("#!/bin/sh\n{% if %}\n")
+    with dask.config.set({"hybrid.templates.directory": str(templates)}), \
+            HybridCluster(name="tpl-syntax", dashboard_address=None) as cluster:
+        with pytest.raises(TemplateError, match=r"slurm\.sh\.j2, line 2\).*unset "
+                                                r"hybrid\.templates\.directory"):
+            cluster.add_pool("cpu", "slurm")
+        assert "cpu" not in cluster.manager.pools

@@ -234,6 +234,8 @@ def test_a_real_run_is_torn_down_in_full_however_it_is_stopped(tmp_path, stop) -
         if stop == "term":
             script.send_signal(signal.SIGTERM)
         else:
+            # (the pauses space the signals as a person and ci/test.sh would; nothing waits
+            # on them: the stop must be clean wherever the next signal lands)
             os.killpg(script.pid, signal.SIGINT)  # the terminal's Ctrl-C
             time.sleep(0.2)
             script.send_signal(signal.SIGTERM)  # (ci/test.sh's cleanup)
