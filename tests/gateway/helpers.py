@@ -131,13 +131,18 @@ def heartbeats(log_text: str, cluster_name: str) -> list[dict[str, int]]:
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 30,
-                message: str = "condition") -> None:
-    """In the event loop: wait until ``predicate()`` is true, or fail after ``timeout``."""
+                message: str = "condition",
+                state: Callable[[], Any] | None = None) -> None:
+    """In the event loop: wait until ``predicate()`` is true, or fail after ``timeout``.
+
+    ``state()``, if given, is shown in the failure: what the system looked like then.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not predicate():
         if loop.time() > deadline:
-            raise AssertionError(f"{message} not reached within {timeout:g} s")
+            seen = "" if state is None else f"; state then: {state()!r}"
+            raise AssertionError(f"{message} not reached within {timeout:g} s{seen}")
         await asyncio.sleep(0.05)
 
 

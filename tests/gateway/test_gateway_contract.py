@@ -140,8 +140,17 @@ def test_pin_2_scale_down_retires_only_the_gateways_surplus(monkeypatch):
             await send_to_scheduler(service, {"op": "scale", "count": 3})
             await until(lambda: service.count == 3, message="count 3")
             await send_to_scheduler(service, {"op": "scale", "count": 1})
+            # The deadline is for a busy machine; the state says where a stall happened
+            # (a fresh-clone run once timed out here at 30 s; it passes in ~2 s alone).
             await until(lambda: sum(is_gateway_worker(ws.name) for ws in
-                                    scheduler.workers.values()) == 1, message="surplus retired")
+                                    scheduler.workers.values()) == 1, timeout=60,
+                        message="surplus retired", state=lambda: {
+                            "count": service.count, "heartbeats": len(api.heartbeats),
+                            "last heartbeat": api.heartbeats[-1:],
+                            "closing": sorted(service.closing_workers),
+                            "heartbeat task": service.heartbeat_task,
+                            "workers": {ws.name: ws.status.name
+                                        for ws in scheduler.workers.values()}})
             await until(lambda: api.heartbeats, message="a heartbeat")
             names = {ws.name for ws in scheduler.workers.values()}
             return names, api.heartbeats
