@@ -119,7 +119,9 @@ in_chroot "$ROOT" install -d -o condor -g condor -m 0755 \
     /var/lib/condor/spool /var/lib/condor/execute
 cp /etc/hosts /etc/resolv.conf "$ROOT/etc/" 2>/dev/null || cp /etc/hosts "$ROOT/etc/"
 
-cat >"$ROOT/etc/condor/config.d/90-hybrid-ci.conf" <<EOF
+MAIN_CONF="$ROOT/etc/condor/config.d/90-hybrid-ci.conf"
+MAIN_BEFORE="$(cat "$MAIN_CONF" 2>/dev/null || true)"
+cat >"$MAIN_CONF" <<EOF
 # Written by ci/htcondor/up.sh: a single-machine pool for hybrid's CI.
 use ROLE : CentralManager
 use ROLE : Submit
@@ -143,10 +145,13 @@ NUM_CPUS = 20
 # are tested by the resource they advertise, not by a device
 MACHINE_RESOURCE_GPUs = fakegpu0, fakegpu1, fakegpu2, fakegpu3
 
-# fast cycles for tests
+# fast cycles for tests: a negotiation cycle may start 1 s after the last one (5 s until
+# 2026-11-27: about 5 s of every test that waits for a match), and the schedd may tell the
+# negotiator about new jobs 1 s after its last update
 SCHEDD_INTERVAL = 5
-NEGOTIATOR_INTERVAL = 2
-NEGOTIATOR_CYCLE_DELAY = 5
+SCHEDD_MIN_INTERVAL = 1
+NEGOTIATOR_INTERVAL = 1
+NEGOTIATOR_CYCLE_DELAY = 1
 UPDATE_INTERVAL = 5
 STARTER_UPDATE_INTERVAL = 5
 
@@ -177,10 +182,11 @@ BUSY_LIMIT="${HYBRID_CI_HTCONDOR_BUSY_LIMIT:-2}"
 BUSY_TEXT="# Written by ci/htcondor/up.sh: opt-in busy behaviour for hybrid's busy-pool tests.
 HYBRID_CI_BUSY_LIMIT = $BUSY_LIMIT
 START = (\$(START)) && ((TARGET.HybridCIStartAfter =?= undefined) || (time() >= TARGET.HybridCIStartAfter))"
-BUSY_CHANGED=0
+CONF_CHANGED=0   # (either file changed: a running pool is reconfigured below)
+[[ "$MAIN_BEFORE" == "$(cat "$MAIN_CONF")" ]] || CONF_CHANGED=1
 if [[ ! -f "$BUSY_CONF" || "$(cat "$BUSY_CONF")" != "$BUSY_TEXT" ]]; then
     printf '%s\n' "$BUSY_TEXT" >"$BUSY_CONF"
-    BUSY_CHANGED=1
+    CONF_CHANGED=1
 fi
 
 # Mounts (each only if not mounted yet).
@@ -341,14 +347,14 @@ ensure_token() {   # an IDTOKEN for the job user (needs the running pool's signi
 
 if pid="$(live_master_pid)"; then
     wait_ready "$pid" || { show_condor_logs; die "condor_master $pid runs but the pool does not answer"; }
-    if [[ $BUSY_CHANGED == 1 ]]; then   # the opt-in busy settings changed: reconfigure
+    if [[ $CONF_CHANGED == 1 ]]; then   # this script's settings changed: reconfigure
         in_chroot "$ROOT" condor_reconfig >/dev/null || die "condor_reconfig failed"
         deadline=$(( $(date +%s) + UP_TIMEOUT ))
-        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT 2>/dev/null)" == "$BUSY_LIMIT" ]]; do
-            (( $(date +%s) < deadline )) || die "the negotiator did not take the busy settings"
+        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT NEGOTIATOR_CYCLE_DELAY 2>/dev/null | tr '\n' ' ')" == "$BUSY_LIMIT 1 " ]]; do
+            (( $(date +%s) < deadline )) || die "the negotiator did not take the new settings"
             sleep 0.5
         done
-        log "busy settings applied (condor_reconfig)"
+        log "settings applied (condor_reconfig)"
     fi
     ensure_token
     log "pool already up (condor_master pid $pid); checked in $(elapsed) s. source $ENV_FILE"
