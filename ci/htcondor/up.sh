@@ -152,6 +152,8 @@ SCHEDD_INTERVAL = 5
 SCHEDD_MIN_INTERVAL = 1
 NEGOTIATOR_INTERVAL = 1
 NEGOTIATOR_CYCLE_DELAY = 1
+# the schedd evaluates periodic_remove/hold/release (a lease, a walltime) every 5 s, not 60 s
+PERIODIC_EXPR_INTERVAL = 5
 UPDATE_INTERVAL = 5
 STARTER_UPDATE_INTERVAL = 5
 

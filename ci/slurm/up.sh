@@ -141,6 +141,9 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# scheduling passes every 1-2 s (defaults 60 and 30 s): a job whose --begin time has come,
+# or that waited for a slot another job freed, starts within seconds, as the tests expect
+SchedulerParameters=sched_interval=2,bf_interval=1
 ReturnToService=2
 MailProg=/bin/true
 # declare more CPUs than the hardware has without draining the node

@@ -78,6 +78,10 @@ def test_adaptive_on_a_busy_partition_submits_once_counts_pending_and_drops_pend
                      "two jobs running and three pending in the busy partition")
             wait_for(lambda: cluster.pool_status()["cpu"].jobs["running"] == 2, 30,
                      "the pool to see them (its next refresh)")
+            # Slurm gives pending array tasks their reason at a scheduling pass, which may
+            # come after they are seen pending (reason None): wait for it, assume nothing
+            wait_for(lambda: cluster.pool_status()["cpu"].reasons.get("pending"), 60,
+                     "the pool to see why its jobs pend (Slurm's next scheduling pass)")
             status = cluster.pool_status()["cpu"]
             assert pool.submit_calls == 1
             assert status.jobs["pending"] == 3 and status.jobs["running"] == 2
