@@ -84,6 +84,7 @@ for phase in "${PHASES[@]}"; do
         codes[first + i]=$code
     done
     lane_pids=()
+    echo  # (the rest's progress dots may have left the line open)
     for ((i = first; i < ${#runs[@]}; i++)); do  # (each lane's pytest summary, as it ends)
         log "${runs[$i]}: exit ${codes[$i]}: $(tail -n 1 "$logs/$i" 2>/dev/null)"
     done

@@ -38,6 +38,8 @@ def interrupted(*_):
     sys.exit(2)
 signal.signal(signal.SIGINT, interrupted)  # (as the suite's pytest_configure does)
 print(f"output of {run}", flush=True)
+if run == "rest" and os.environ.get("DOTS"):  # as pytest -q's progress: no newline yet
+    print("....", end="", flush=True)
 if os.environ.get("WAIT"):
     with open(record + ".pid", "w") as f:
         f.write(str(os.getpid()))
@@ -134,11 +136,14 @@ def test_a_phase_starts_when_the_one_before_it_has_ended(tmp_path) -> None:
 def test_each_lanes_summary_is_logged_when_its_phase_ends(tmp_path) -> None:
     """A CI log shows a lane's pytest summary while later phases still run (its whole
     output comes at the end)."""
-    env = {**os.environ, "RECORD": str(tmp_path), "SECONDS_POOLS-HTCONDOR_SLURM": "30"}
+    env = {**os.environ, "RECORD": str(tmp_path), "SECONDS_POOLS-HTCONDOR_SLURM": "30",
+           "SECONDS_REST": "30", "DOTS": "1"}
     script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.PIPE, text=True)
     try:
         for line in script.stdout:  # type: ignore[union-attr]
             if "pools/htcondor: exit 0: output of pools-htcondor" in line:
+                # on a line of its own, even after the rest's progress dots
+                assert line.startswith("[ci "), line
                 break
         else:
             raise AssertionError("no summary of the htcondor lane")
