@@ -120,6 +120,7 @@ in_chroot "$ROOT" install -d -o condor -g condor -m 0755 \
 cp /etc/hosts /etc/resolv.conf "$ROOT/etc/" 2>/dev/null || cp /etc/hosts "$ROOT/etc/"
 
 MAIN_CONF="$ROOT/etc/condor/config.d/90-hybrid-ci.conf"
+CYCLE_DELAY=1   # NEGOTIATOR_CYCLE_DELAY (also what a reconfigured negotiator must report)
 MAIN_BEFORE="$(cat "$MAIN_CONF" 2>/dev/null || true)"
 cat >"$MAIN_CONF" <<EOF
 # Written by ci/htcondor/up.sh: a single-machine pool for hybrid's CI.
@@ -151,7 +152,7 @@ MACHINE_RESOURCE_GPUs = fakegpu0, fakegpu1, fakegpu2, fakegpu3
 SCHEDD_INTERVAL = 5
 SCHEDD_MIN_INTERVAL = 1
 NEGOTIATOR_INTERVAL = 1
-NEGOTIATOR_CYCLE_DELAY = 1
+NEGOTIATOR_CYCLE_DELAY = $CYCLE_DELAY
 # the schedd evaluates periodic_remove/hold/release (a lease, a walltime) every 5 s, not 60 s
 PERIODIC_EXPR_INTERVAL = 5
 UPDATE_INTERVAL = 5
@@ -352,7 +353,7 @@ if pid="$(live_master_pid)"; then
     if [[ $CONF_CHANGED == 1 ]]; then   # this script's settings changed: reconfigure
         in_chroot "$ROOT" condor_reconfig >/dev/null || die "condor_reconfig failed"
         deadline=$(( $(date +%s) + UP_TIMEOUT ))
-        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT NEGOTIATOR_CYCLE_DELAY 2>/dev/null | tr '\n' ' ')" == "$BUSY_LIMIT 1 " ]]; do
+        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT NEGOTIATOR_CYCLE_DELAY 2>/dev/null | tr '\n' ' ')" == "$BUSY_LIMIT $CYCLE_DELAY " ]]; do
             (( $(date +%s) < deadline )) || die "the negotiator did not take the new settings"
             sleep 0.5
         done

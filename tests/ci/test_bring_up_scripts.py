@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -53,8 +55,6 @@ SWEEP = Path(__file__).resolve().parents[2] / "ci" / "slurm" / "sweep-jobs.sh"
 def _started_with_cluster(name: str, *argv: str) -> subprocess.Popen:
     """A process in a session of its own carrying ``SLURM_CLUSTER_NAME=name``, as slurmstepd
     gives a job's processes."""
-    import os
-
     return subprocess.Popen(list(argv), env={**os.environ, "SLURM_CLUSTER_NAME": name},
                             start_new_session=True)
 
@@ -64,8 +64,6 @@ def test_the_slurm_sweep_stops_exactly_the_named_clusters_job_processes(
         ignores_term: bool) -> None:
     """ci/slurm/down.sh's sweep (what scancel missed: a job's process reparented to init)
     stops the processes of the named cluster's jobs, and no other."""
-    import uuid
-
     name = f"sweeptest{uuid.uuid4().hex[:8]}"
     program = ["bash", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"] if ignores_term \
         else ["sleep", "600"]
