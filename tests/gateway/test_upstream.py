@@ -24,6 +24,8 @@ CACHE = Path(os.environ.get("HYBRID_TEST_CACHE", "/var/tmp/hybrid-test-cache"))
 RELEASES = {"2025.4.0": "oldest", "2026.3.0": "newest"}
 #: The only test allowed to skip, and why (dask-gateway's own condition).
 ALLOWED_SKIPS = {"test_kerberos_auth"}
+#: How often the few upstream tests that failed run again (see the test).
+RERUNS = 3
 
 pytestmark = [pytest.mark.gateway, pytest.mark.timeout(900)]
 
@@ -83,7 +85,7 @@ def test_dask_gateways_own_client_tests_pass_with_our_classes(release, tool_path
                                                               tmp_path) -> None:
     python = _python_with(release)
     tests = UPSTREAM / f"v{release.replace('.', '_')}"
-    report, rerun = tmp_path / "junit.xml", tmp_path / "junit-rerun.xml"
+    report = tmp_path / "junit.xml"
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(python).parent), tool_path]),
            # this checkout's hybrid, whatever checkout made the cached venv
            "PYTHONPATH": os.pathsep.join([str(UPSTREAM), str(REPO)])}
@@ -97,15 +99,23 @@ def test_dask_gateways_own_client_tests_pass_with_our_classes(release, tool_path
     summary = result.stdout[-3000:]
     assert "hybrid substitution:" in result.stdout, summary  # the plugin ran
     outcomes = _outcomes(report)
-    if outcomes["failed"] and len(outcomes["failed"]) <= 3:
-        # Some of upstream's own tests race their local processes on a busy machine (e.g.
-        # test_worker_fails_after_connect): those that failed run once more, and must pass.
-        print(f"re-running upstream tests that failed once: {outcomes['failed']}")
+    # Some of upstream's own tests race their local processes on a busy machine, with the
+    # stock classes too: test_worker_fails_after_connect passes, then its teardown hangs in
+    # asyncio's task cancellation (distributed's in-process Worker.close cancelled inside
+    # to_thread leaves handle_scheduler waiting), 2-3 runs in 8 under a load of 4 here with
+    # no hybrid class loaded. The few that failed run again, at most RERUNS times, and must
+    # pass; any other failure, or more than a few, fails this test at once.
+    for attempt in range(1, RERUNS + 1):
+        if not outcomes["failed"] or len(outcomes["failed"]) > 3:
+            break
+        print(f"re-running upstream tests that failed (rerun {attempt} of {RERUNS}): "
+              f"{outcomes['failed']}")
+        rerun = tmp_path / f"junit-rerun-{attempt}.xml"
         result = subprocess.run([*argv, "--last-failed", f"--junitxml={rerun}"], cwd=tmp_path,
                                 env=env, capture_output=True, text=True, timeout=850)
         summary = result.stdout[-3000:]
         again = _outcomes(rerun)
-        assert sorted(again["passed"]) == sorted(outcomes["failed"]), summary
+        assert sorted(again["passed"] + again["failed"]) == sorted(outcomes["failed"]), summary
         outcomes = {**outcomes, "failed": again["failed"],
                     "passed": outcomes["passed"] + again["passed"]}
     assert outcomes["failed"] == [], summary
