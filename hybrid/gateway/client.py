@@ -534,7 +534,10 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         # a Ctrl-C while it closes does not cut it short
         with self._ending.closing() if self._ending else lifecycle.closing():
             try:
-                if self.status != "closed" and self.loop.asyncio_loop.is_running():
+                # (a stop already under way, e.g. an interrupted start's, marks the cluster
+                # closed before the gateway answers it: waited for, not cut off)
+                if (self.status != "closed" or self._stopping is not None) and (
+                        self.loop.asyncio_loop.is_running()):
                     self.gateway.sync(self._stop_internal, shutdown=shutdown)
             except BaseException as error:
                 problem = error
