@@ -43,8 +43,12 @@ if recorded_pid "$RUN/slurmctld.pid" slurmctld >/dev/null \
     fi
 fi
 
-# what scancel did not reach (a job's process reparented to init): ClusterName of up.sh
-bash "$(dirname "${BASH_SOURCE[0]}")/sweep-jobs.sh" hybridci || true
+# what scancel did not reach (a job's process reparented to init): the ClusterName that
+# up.sh wrote in the config of the Slurm this stops
+CLUSTER=$(sed -n 's/^ClusterName=//p' /etc/slurm/slurm.conf 2>/dev/null | head -n 1 || true)
+if [[ -n $CLUSTER ]]; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/sweep-jobs.sh" "$CLUSTER" || true
+fi
 
 # ---------------------------------------------------------------- daemons
 declare -A PIDS=()
