@@ -10,7 +10,6 @@ reconciler can be lost and the reconciler goes on forever.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import dask
@@ -71,7 +70,8 @@ def test_ctrl_c_in_new_cluster_stops_the_cluster_when_the_loop_began_the_stop_fi
     event loop, and the interrupted thread's close may find it marked closed before the
     gateway answered the stop (CI saw it on a busy machine: the close then shut the HTTP
     session, and the stop failed with "Connector is closed"). Here the gateway answers the
-    stop slowly and the close runs once the stop is under way, every time."""
+    stop slowly, the cluster stays pending until the interrupt, and the close runs once the
+    stop is under way: every time."""
     import signal
     import threading
 
@@ -80,6 +80,9 @@ def test_ctrl_c_in_new_cluster_stops_the_cluster_when_the_loop_began_the_stop_fi
 
     stop_asked = threading.Event()
     real_stop, real_close = HTCGateway._stop_cluster, HTCGatewayCluster.close
+
+    async def never_started(self: HTCGateway, cluster_name: str) -> None:
+        await asyncio.Event().wait()  # a gateway whose cluster stays pending
 
     async def slow_stop(self: HTCGateway, cluster_name: str) -> None:
         stop_asked.set()
@@ -91,6 +94,7 @@ def test_ctrl_c_in_new_cluster_stops_the_cluster_when_the_loop_began_the_stop_fi
             assert stop_asked.wait(30), "the cancelled start did not stop the cluster"
         return real_close(self, shutdown)
 
+    monkeypatch.setattr(HTCGateway, "_wait_for_start", never_started)
     monkeypatch.setattr(HTCGateway, "_stop_cluster", slow_stop)
     monkeypatch.setattr(HTCGatewayCluster, "close", close_once_the_stop_runs)
     watcher = lifecycle_gateway.gateway()
@@ -106,8 +110,7 @@ def test_ctrl_c_in_new_cluster_stops_the_cluster_when_the_loop_began_the_stop_fi
         thread.start()
         gateway = lifecycle_gateway.gateway(HTCGateway)
         with pytest.raises(KeyboardInterrupt):
-            gateway.new_cluster()
-            time.sleep(60)  # (started before the interrupt came: it comes here)
+            gateway.new_cluster()  # waits for the start until interrupted
         thread.join(60)
         gateway.close()
         shut_down = [r for r in caplog.records if "while shutting down" in r.getMessage()]
