@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any
 
 from distributed.deploy.adaptive_core import AdaptiveCore
@@ -132,16 +133,20 @@ class PoolAdaptive(AdaptiveCore):
         holds = getattr(self, "_holds", {})
         live, jobs = await self._workers()
         plan = self.plan
-        names = {a: str(info.get("name")) for a, info in live.items()}
-        idle = [j for j, addresses in jobs.items() if j in plan
-                and not any(busy.get(names[a], 0) for a in addresses if a in names)]
-        idle.sort(key=lambda j: sum(holds.get(names.get(a, ""), 0) for a in jobs[j]))
+        jobs_of = self.pool.jobs_of_workers  # (by worker name)
+        busy_jobs = set(jobs_of(list(compress(busy, busy.values()))))
+        holders = list(compress(holds, holds.values()))
+        held: dict[str | None, int] = {}  # job id -> results its workers hold
+        for job_id, results in zip(jobs_of(holders), map(holds.__getitem__, holders),
+                                   strict=True):
+            held[job_id] = held.get(job_id, 0) + results
+        idle = [j for j in jobs if j in plan and j not in busy_jobs]
+        idle.sort(key=lambda j: held.get(j, 0))
         chosen: list[str] = []
         staying = set(live)
         for job_id in idle[:max(0, len(plan) - target)]:
             addresses = set(jobs[job_id])
-            holding = any(holds.get(names.get(a, ""), 0) for a in addresses)
-            if holding and not staying - addresses:
+            if held.get(job_id) and not staying - addresses:
                 continue  # its results would have nowhere to go
             staying -= addresses
             chosen.append(job_id)
@@ -168,8 +173,10 @@ class PoolAdaptive(AdaptiveCore):
     async def scale_down(self, workers: Iterable[str]) -> None:
         """Remove these jobs: without a worker at once, with one after graceful retirement."""
         chosen = sorted(j for j in workers if j in self.pool.jobs)
-        live = await self.manager.live_workers()
-        connected = await self.manager.pool_workers(self.pool, live)
+        live = await self.manager.live_workers()  # (a worker may have joined since the step)
+        step = self._step_workers
+        connected = (step[1] if step is not None and same_workers(live, step[0])
+                     else await self.manager.pool_workers(self.pool, live))
         await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
         addresses = [a for j in chosen if j in connected for a in connected[j]]
         if addresses:
@@ -220,6 +227,19 @@ class PoolAdaptive(AdaptiveCore):
             self._callback = None
         if self.pool.adaptive is self:
             self.pool.adaptive = None
+
+
+def same_workers(now: Mapping[str, Mapping[str, Any]],
+                 then: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether two answers of the scheduler list the same workers: the same addresses
+    with the same names, in the same order (passes in C, not in Python)."""
+    if len(now) != len(then) or list(now) != list(then):
+        return False
+    values = (now.values(), then.values())
+    if all(all(map(isinstance, v, repeat(dict))) for v in values):
+        return list(map(dict.get, values[0], repeat("name"))) == list(
+            map(dict.get, values[1], repeat("name")))
+    return all(a.get("name") == b.get("name") for a, b in zip(*values, strict=True))
 
 
 def adaptive_class(value: Any, field: str) -> type[PoolAdaptive]:

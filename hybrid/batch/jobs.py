@@ -9,6 +9,7 @@ The words shared by every system, the pool manager and the tools above: a job's
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,16 @@ class JobStatus:
     scheduler: str | None = None
     starts: int | None = None
     evicted: bool = False
+
+    def for_jobs(self, job_ids: Iterable[str]) -> list[JobStatus]:
+        """This status for each of ``job_ids`` (a submission's jobs, the same but for the
+        id), copied field by field instead of a frozen ``__init__`` per job."""
+        cls, fields, made = type(self), self.__dict__, []
+        for job_id in job_ids:
+            status = object.__new__(cls)
+            status.__dict__.update(fields, job_id=job_id)
+            made.append(status)
+        return made
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import operator
 import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -55,6 +56,7 @@ GONE = "no longer in the queue"
 #: The functions run on the scheduler, pickled (by value) once.
 _PICKLED: dict[Callable, bytes] = {}
 _NO_ARGS = pickle.dumps(())
+_JOB_ID = operator.attrgetter("job_id")
 
 
 class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
@@ -190,11 +192,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             raise
         pool.submit_calls += 1
         pool.submitted += len(ids)
-        pool.track(JobStatus(j, JobState.pending, None, self.cluster, pool.name,
-                             self.connection.scheduler_address) for j in ids)
-        now = self.clock()
-        for job_id in ids:
-            pool._submitted[job_id] = now
+        pool.track(JobStatus("", JobState.pending, None, self.cluster, pool.name,
+                             self.connection.scheduler_address).for_jobs(ids))
+        pool._submitted.update(dict.fromkeys(ids, self.clock()))
         logger.info("pool %s: submitted %d worker job(s): %s", pool.name, len(ids),
                     short_ids(ids))
         return ids
@@ -246,7 +246,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             pool.refreshed_at = self.clock()
             return
         asked = self.clock()
-        statuses = {s.job_id: s for s in await self.call(pool.system.query, job_ids=tracked)}
+        answer = list(await self.call(pool.system.query, job_ids=tracked))
+        statuses = dict(zip(map(_JOB_ID, answer), answer, strict=True))
         pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
         missing = [j for j in tracked if j not in statuses and j not in pool._removed
@@ -256,15 +257,13 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 pool.system.query, job_ids=missing, history=True)})
         now = self.clock()
         jobs = pool.jobs
-        for job_id in tracked:
+        # the same status object: unchanged (most jobs, most steps; it is in the queue, so
+        # a look would find nothing to do), and a job no longer kept: nothing to look at
+        for job_id in jobs.not_the_same(tracked, statuses):
             old = jobs.get(job_id)
             if old is None:
                 continue
-            status = statuses.get(job_id)
-            if status is old and (old.state is JobState.pending
-                                  or old.state is JobState.running):
-                continue  # the same status object: unchanged (most jobs, most steps)
-            status = status or (
+            status = statuses.get(job_id) or (
                 JobStatus(job_id, JobState.removed, "removed by hybrid", self.cluster, pool.name)
                 if job_id in pool._removed else JobStatus(
                     job_id, JobState.finished, GONE, self.cluster, pool.name))

@@ -14,6 +14,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress, filterfalse, repeat
+from operator import attrgetter, is_not, neg
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,11 @@ from hybrid.routing import GPU, NOT_GPU
 __all__ = ["EXIT_HINTS", "KEPT_LOGS", "ManagedPool", "PoolStatus", "keep_log", "short_ids",
            "tail_of"]
 
+#: The order :meth:`ManagedPool.least_needed` removes jobs in (other states: 2).
+_REMOVAL_RANK = {JobState.held: 0, JobState.pending: 1}
+#: A job the pool does not track: ranked as pending.
+_UNKNOWN = JobStatus("", JobState.pending)
+_state, _reason, _job_id = attrgetter("state"), attrgetter("reason"), attrgetter("job_id")
 #: The job states a pool's status counts (the jobs still in the queue).
 _SHOWN = (JobState.pending, JobState.running, JobState.held, JobState.removing)
 
@@ -179,15 +186,24 @@ class JobTable(CountingDict):
             del self.by_state_reason[key]
 
     def __setitem__(self, job_id: str, status: JobStatus) -> None:
+        # (:meth:`_count` inlined: a refresh may set hundreds of jobs at once)
+        counts = self.by_state_reason
         old = dict.get(self, job_id)
         if old is not None:
-            self._count(old, -1)
-        self._count(status, 1)
+            key = (old.state, old.reason)
+            left = counts[key] - 1
+            if left:
+                counts[key] = left
+            else:
+                del counts[key]
+        key = (status.state, status.reason)
+        counts[key] = counts.get(key, 0) + 1
         if status.state in QUEUED_STATES:
             self.queued.setdefault(job_id, None)
         else:
             self.queued.pop(job_id, None)
-        super().__setitem__(job_id, status)
+        self.version += 1
+        dict.__setitem__(self, job_id, status)
 
     def __delitem__(self, job_id: str) -> None:
         self._count(self[job_id], -1)
@@ -200,6 +216,14 @@ class JobTable(CountingDict):
         status = self[job_id]
         del self[job_id]
         return status
+
+    def not_the_same(self, job_ids: list[str], statuses: Mapping[str, JobStatus]
+                     ) -> list[str]:
+        """Those of ``job_ids`` whose status in ``statuses`` is not the very object kept
+        here (a system that answers an unchanged job with the same object: a refresh has
+        nothing to do for it), in their order; a C pass, not a Python loop."""
+        return list(compress(job_ids, map(is_not, map(statuses.get, job_ids),
+                                          map(dict.get, repeat(self), job_ids))))
 
     def popitem(self) -> Any:
         if not self:
@@ -216,14 +240,15 @@ class JobTable(CountingDict):
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         items = dict(*args, **kwargs)
-        if any(dict.__contains__(self, job_id) for job_id in items):
+        if not self.keys().isdisjoint(items):
             for job_id, status in items.items():  # (some replace a status: one by one)
                 self[job_id] = status
             return
-        # new jobs only (a submission's): counted together
-        self.by_state_reason.update(Counter((s.state, s.reason) for s in items.values()))
-        self.queued.update(dict.fromkeys(
-            job_id for job_id, status in items.items() if status.state in QUEUED_STATES))
+        # new jobs only (a submission's): counted together, in C passes
+        states = list(map(_state, items.values()))
+        self.by_state_reason.update(zip(states, map(_reason, items.values()), strict=True))
+        self.queued.update(dict.fromkeys(compress(items, map(QUEUED_STATES.__contains__,
+                                                              states))))
         self.version += 1
         dict.update(self, items)
 
@@ -342,7 +367,7 @@ class ManagedPool:
         versions = (self.jobs.version, self.retiring.version)  # type: ignore[attr-defined]
         seen, found = self._counted
         if versions != seen:
-            found = [j for j in self.active() if j not in self.retiring]
+            found = list(filterfalse(self.retiring.__contains__, self.active()))
             self._counted = (versions, found)
         return list(found)
 
@@ -351,19 +376,15 @@ class ManagedPool:
         the newest first (the oldest have waited longest and start soonest), then running
         jobs whose worker has not joined yet (ties by job id: the same order every time);
         ``count``: only the first ``count`` of that order."""
-        jobs, submitted = self.jobs, self._submitted
-        held, pending = JobState.held, JobState.pending
-
-        def key(job_id: str) -> tuple[int, float, str]:
-            status = jobs.get(job_id)
-            state = pending if status is None else status.state
-            return ((0 if state is held else 1 if state is pending else 2),
-                    -submitted.get(job_id, 0.0), job_id)
-
         ids = list(job_ids)
+        # the keys (rank of the state, -submitted, id) built in C passes, not a Python key
+        statuses = list(map(self.jobs.get, ids, repeat(_UNKNOWN)))
+        keys = list(zip(map(_REMOVAL_RANK.get, map(_state, statuses), repeat(2)),
+                        map(neg, map(self._submitted.get, ids, repeat(0.0))), ids,
+                        strict=True))
         if count is not None and count < len(ids):
-            return heapq.nsmallest(max(0, count), ids, key=key)
-        return sorted(ids, key=key)
+            return [key[2] for key in heapq.nsmallest(max(0, count), keys)]
+        return [key[2] for key in sorted(keys)]
 
     def forget(self, job_id: str) -> None:
         """Drop what the pool keeps on a job that left the queue."""
@@ -394,29 +415,46 @@ class ManagedPool:
             self._by_name.clear()
         self._by_name[worker_name] = job_id
 
+    def jobs_of_workers(self, names: list[Any]) -> list[str | None]:
+        """The job id of each worker name ("" or ``None``: not this pool's), in a C pass
+        for the names seen before (most; a large pool's step asks for a thousand)."""
+        job_ids = list(map(self._by_name.get, names))  # (a worker seen before: ours or "")
+        unseen = -1
+        while True:  # the names not seen before (a few per step), each looked up
+            try:
+                unseen = job_ids.index(None, unseen + 1)
+            except ValueError:
+                break
+            name = names[unseen]
+            if isinstance(name, str):
+                job_ids[unseen] = self.job_id_of_worker(name)
+        return job_ids
+
     def workers_by_job(self, live: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
         """Job id -> addresses of this pool's workers among ``live`` (address -> the
-        scheduler's identity of the worker)."""
-        out: dict[str, list[str]] = {}
-        known = self._by_name.get  # (a worker seen before, ours or not: one lookup)
-        for address, info in live.items():
-            name = info.get("name")
-            job_id = known(name)  # type: ignore[arg-type]
-            if job_id is None and isinstance(name, str):
-                job_id = self.job_id_of_worker(name)
-            if job_id:
-                jobs = out.get(job_id)
-                if jobs is None:
-                    out[job_id] = [address]
-                else:
-                    jobs.append(address)
+        scheduler's identity of the worker), found by name in C passes (a large pool's
+        adaptive step asks for them over a thousand workers)."""
+        addresses = list(live)
+        infos = live.values()
+        names = (list(map(dict.get, infos, repeat("name")))
+                 if all(map(isinstance, infos, repeat(dict)))
+                 else [info.get("name") for info in infos])
+        job_ids = self.jobs_of_workers(names)
+        ours = list(compress(job_ids, job_ids))
+        where = list(compress(addresses, job_ids))
+        out = dict(zip(ours, map(list, zip(where)), strict=True))
+        if len(out) < len(ours):  # a job with several workers (--nworkers, or a restart)
+            out = {}
+            for job_id, address in zip(ours, where, strict=True):
+                out.setdefault(job_id, []).append(address)
         return out
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
-        found = {status.job_id: status for status in statuses}
+        listed = list(statuses)
+        found = dict(zip(map(_job_id, listed), listed, strict=True))
         self.jobs.update(found)
-        self._by_suffix.update((worker_name_suffix(job_id), job_id) for job_id in found)
+        self._by_suffix.update(zip(map(worker_name_suffix, found), found, strict=True))
 
     def staging_path(self) -> Path:
         """The staging directory (a would-be path before the first submission)."""

@@ -431,3 +431,72 @@ def test_a_pools_workers_follow_the_scheduler_as_workers_come_go_and_reuse_addre
             j: sorted(a) for j, a in expected.items()}
     assert changed > 100
     assert any(j in found for j in jobs[8:])  # the late-tracked jobs were found
+
+
+def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
+    """The adaptive step's passes over a large pool's jobs and workers run in C (issue 17,
+    B4); on random tables each answers what the plain Python loop it replaced answers: the
+    jobs to remove first, the stale jobs of an order, the workers of each job (several per
+    job too), whether the scheduler's workers changed since the step looked, a
+    submission's statuses."""
+    import random
+
+    from hybrid.adaptive import same_workers
+    from hybrid.batch import JobState, JobStatus, WorkerJob, get_system
+    from hybrid.batch.jobs import worker_name_suffix
+    from hybrid.manager.pool import ManagedPool
+    from hybrid.manager.preference import capacity
+    from hybrid.worker import Connection
+
+    spec = PoolSpec.build("cpu", "local", cores=1, nanny=False)
+    pool = ManagedPool(spec, get_system("local"),
+                       WorkerJob("c1", spec, Connection("tcp://127.0.0.1:1")))
+    rng = random.Random(17)
+    states = [JobState.pending, JobState.running, JobState.held, JobState.removing]
+    ids = [f"job.{n}" for n in range(300)]
+    pool.track(JobStatus("", JobState.pending, None, "c1", "cpu").for_jobs(ids[:150]))
+    assert [pool.jobs[j] for j in ids[:150]] == [
+        JobStatus(j, JobState.pending, None, "c1", "cpu") for j in ids[:150]]
+    for job_id in ids[150:]:
+        pool.jobs[job_id] = JobStatus(job_id, rng.choice(states), rng.choice([None, "R"]))
+    for job_id in rng.sample(ids, 200):
+        pool._submitted[job_id] = float(rng.randint(0, 50))  # ties too
+    for job_id in rng.sample(ids, 120):
+        pool._first_pending[job_id] = float(rng.randint(0, 60))
+    asked = [*rng.sample(ids, 100), "not.tracked"]
+
+    def removal_key(job_id: str) -> tuple[int, float, str]:
+        status = pool.jobs.get(job_id)
+        state = JobState.pending if status is None else status.state
+        return ((0 if state is JobState.held else 1 if state is JobState.pending else 2),
+                -pool._submitted.get(job_id, 0.0), job_id)
+
+    assert pool.least_needed(asked) == sorted(asked, key=removal_key)
+    assert pool.least_needed(asked, 7) == sorted(asked, key=removal_key)[:7]
+
+    stale = pool.state_counts.get(JobState.held, 0) + sum(
+        70.0 - pool._submitted.get(j, first) >= 30.0
+        for j, first in pool._first_pending.items()
+        if j in pool.jobs and pool.jobs[j].state is JobState.pending)
+    assert capacity(pool, 1.0, 70.0, ("k8s", 30.0)).stale == stale > 0
+
+    names = [pool._name_prefix + worker_name_suffix(j) for j in ids[:40]]
+    names += [f"{pool._name_prefix}{worker_name_suffix(ids[0])}-{k}" for k in range(3)]
+    live = {f"tcp://127.0.0.1:{2000 + n}": {"name": rng.choice([*names, "other", 5])}
+            for n in range(120)}
+    expected: dict[str, list[str]] = {}
+    for address, info in live.items():
+        name = info["name"]
+        job_id = pool.job_id_of_worker(name) if isinstance(name, str) else None
+        if job_id:
+            expected.setdefault(job_id, []).append(address)
+    assert pool.workers_by_job(live) == expected
+    assert any(len(addresses) > 1 for addresses in expected.values())
+
+    assert same_workers(dict(live), live)
+    moved = dict(live)
+    first_address = next(iter(moved))
+    moved[first_address] = {"name": "a new worker on an old address"}
+    assert not same_workers(moved, live)
+    assert not same_workers(dict(list(live.items())[1:]), live)
+    assert not same_workers(dict(reversed(live.items())), live)  # (order: looked again)
