@@ -275,6 +275,9 @@ def spill_over(results: Results, repeats: int, quick: bool, staging: Path) -> No
 
 
 # --------------------------------------------------------------------------- B4
+#: How many times the facility day runs (the B4 goal reads each decision's least time).
+FACILITY_RUNS = 3
+LEAST = "decision CPU time, hybrid's own, each decision's least"
 def simulator(results: Results, quick: bool) -> None:
     scale = 0.1 if quick else 1.0
     system = "simulated"
@@ -304,21 +307,29 @@ def simulator(results: Results, quick: bool) -> None:
         found = busy_scenarios.fallback(fallback, scale=scale)
         record("burst on a slow pool", "busy + fast pool" if fallback else
                "busy pool alone", "s", found["makespan_s"])
-    found = busy_scenarios.facility(scale=scale)
-    config = f"facility day, {found['jobs']} jobs"
-    for key, label in (("decisions_own_cpu", "decision CPU time, hybrid's own"),
-                       ("decisions_cpu", "decision CPU time"),
-                       ("decisions", "decision wall time")):
-        stats = found[key]
-        record(config, f"{label}: median", "ms", stats["median_ms"], count=stats["count"])
-        record(config, f"{label}: p99", "ms", stats["p99_ms"])
-        record(config, f"{label}: max", "ms", stats["max_ms"])
-    stats = found["collections_in_decisions"]  # (left out of hybrid's own time)
-    record(config, "full garbage collections in decisions: max", "ms",
-           stats["max_ms"] if stats["count"] else 0.0, count=stats["count"])
-    record(config, "run: wall time", "s", found["wall_s"])
-    record(config, "recomputed (evictions)", "tasks", found["recomputed"],
-           seen=found["seen"], evictions=found["evictions"], failures=found["failures"])
+    # the same deterministic day FACILITY_RUNS times: each run's numbers are one sample,
+    # and each decision's least time over the runs is its cost free of the machine's noise
+    days = [busy_scenarios.facility(scale=scale) for _ in range(1 if quick else FACILITY_RUNS)]
+    config = f"facility day, {days[0]['jobs']} jobs"
+    for found in days:
+        for key, label in (("decisions_own_cpu", "decision CPU time, hybrid's own"),
+                           ("decisions_cpu", "decision CPU time"),
+                           ("decisions", "decision wall time")):
+            stats = found[key]
+            record(config, f"{label}: median", "ms", stats["median_ms"],
+                   count=stats["count"])
+            record(config, f"{label}: p99", "ms", stats["p99_ms"])
+            record(config, f"{label}: max", "ms", stats["max_ms"])
+        stats = found["collections_in_decisions"]  # (left out of hybrid's own time)
+        record(config, "full garbage collections in decisions: max", "ms",
+               stats["max_ms"] if stats["count"] else 0.0, count=stats["count"])
+        record(config, "run: wall time", "s", found["wall_s"])
+        record(config, "recomputed (evictions)", "tasks", found["recomputed"],
+               seen=found["seen"], evictions=found["evictions"], failures=found["failures"])
+    least = busy_scenarios.least_of_runs(days)
+    for part in ("median", "p99", "max"):
+        record(config, f"{LEAST} of {len(days)} run(s): {part}", "ms", least[f"{part}_ms"],
+               count=least["count"])
 
 
 # --------------------------------------------------------------------------- entry
@@ -397,17 +408,29 @@ def goals(results: Results) -> list[Goal]:
         with_doubles = next((m.median() for m in facility
                              if m.variant == "decision CPU time: p99"), None)
         wall = next((m.median() for m in facility if m.variant == "run: wall time"), None)
+        least = {m.variant.rsplit(": ", 1)[1]: m for m in facility
+                 if m.variant.startswith(LEAST)}
+        least_p99 = least["p99"].median() if "p99" in least else None
+        least_max = least["max"].median() if "max" in least else None
+        runs = next((m.variant.split(" of ", 1)[1].split(" ")[0] for m in least.values()), "?")
+        raw_max = next((m for m in facility
+                        if m.variant == "decision CPU time, hybrid's own: max"), None)
         sized = jobs >= 9_500
-        out.append(Goal("B4", "simulator: 10,000 jobs in 8 simulated hours, hybrid's "
-                        "decisions < 5 ms (p99 of their CPU time, the simulated facility's "
-                        "own answers and the interpreter's full collections left out), the "
-                        "run < 60 s",
-                        f"{jobs} jobs, p99 {fmt(p99)} ms ({fmt(with_doubles)} ms with the "
-                        f"simulated facility's answers), max {fmt(most)} ms"
+        out.append(Goal("B4", "simulator: 10,000 jobs in 8 simulated hours, every one of "
+                        "hybrid's decisions < 5 ms (its CPU time, the simulated facility's "
+                        "own answers and the interpreter's full collections left out, at "
+                        "the least of runs of the same deterministic day), the run < 60 s",
+                        f"{jobs} jobs, each decision at its least of {runs} run(s): max "
+                        f"{fmt(least_max)} ms, p99 {fmt(least_p99)} ms; a single run's p99 "
+                        f"{fmt(p99)} ms ({fmt(with_doubles)} ms with the simulated "
+                        f"facility's answers), max {fmt(most)} ms"
+                        + (f" [{fmt(min(raw_max.samples))}-{fmt(max(raw_max.samples))}]"
+                           if raw_max and len(raw_max.samples) > 1 else "")
                         + (f" ({int(collections.extra['count'][0])} full collection(s) in "
                            f"decisions, up to {fmt(collections.median())} ms, left out)"
                            if collections and collections.extra.get("count") else "")
                         + f", run {fmt(wall)} s",
-                        (p99 is not None and p99 < 5 and wall is not None and wall < 60)
+                        (least_max is not None and least_max < 5 and least_p99 is not None
+                         and least_p99 < 5 and wall is not None and wall < 60)
                         if sized else None, "" if sized else "quick size: no verdict"))
     return out

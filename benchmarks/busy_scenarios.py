@@ -146,9 +146,25 @@ def _finish(sim: Simulation, started: float, **numbers: Any) -> dict[str, Any]:
             "decisions_cpu": _percentiles(ours(sim.cpu_decisions)),
             "decisions_own_cpu": _percentiles(ours(sim.own_cpu_decisions)),
             "collections_in_decisions": _percentiles(sim.collections_in_decisions),
+            "own_cpu_by_kind": {kind: list(times) for kind, times
+                                in sim.own_cpu_decisions.items() if kind != "jobqueue"},
             "model_decisions": _percentiles(sim.decisions.get("jobqueue", [])),
             "model_decisions_cpu": _percentiles(sim.cpu_decisions.get("jobqueue", [])),
             "wall_s": time.perf_counter() - started, **numbers}
+
+
+def least_of_runs(days: list[dict[str, Any]]) -> dict[str, float]:
+    """The percentiles of hybrid's own CPU time per decision, each decision counted at the
+    least it took over ``days`` (runs of the same deterministic scenario: the same
+    decisions in the same order; what the machine's other work adds to one run's decision
+    is not the decision's cost)."""
+    runs = [day["own_cpu_by_kind"] for day in days]
+    shape = {kind: len(times) for kind, times in runs[0].items()}
+    if any({kind: len(times) for kind, times in run.items()} != shape for run in runs):
+        raise RuntimeError("the runs did not repeat the same decisions: "
+                           f"{[{k: len(t) for k, t in run.items()} for run in runs]}")
+    return _percentiles([min(each) for kind in shape
+                         for each in zip(*(run[kind] for run in runs), strict=True)])
 
 
 # ---------------------------------------------------------------------------- scenarios

@@ -74,9 +74,22 @@ def test_a_facility_day_keeps_every_promise_and_repeats_exactly() -> None:
     assert own["p99_ms"] <= whole["p99_ms"] and own["max_ms"] <= whole["max_ms"]
     again = scenarios.facility(scale=0.05)
     timing = ("decisions", "decisions_cpu", "decisions_own_cpu", "model_decisions",
-              "model_decisions_cpu", "collections_in_decisions", "wall_s")
+              "model_decisions_cpu", "collections_in_decisions", "own_cpu_by_kind", "wall_s")
     assert {k: v for k, v in first.items() if k not in timing} == {
         k: v for k, v in again.items() if k not in timing}
+    # the same decisions in the same order: each counted at the least it took (B4)
+    assert ({k: len(v) for k, v in first["own_cpu_by_kind"].items()}
+            == {k: len(v) for k, v in again["own_cpu_by_kind"].items()})
+    least = scenarios.least_of_runs([first, again])
+    assert least["count"] == own["count"]
+    assert least["max_ms"] <= min(first["decisions_own_cpu"]["max_ms"],
+                                  again["decisions_own_cpu"]["max_ms"])
+    assert least["median_ms"] <= max(first["decisions_own_cpu"]["median_ms"],
+                                     again["decisions_own_cpu"]["median_ms"])
+    other = dict(again, own_cpu_by_kind={k: v[:-1] for k, v in
+                                         again["own_cpu_by_kind"].items()})
+    with pytest.raises(RuntimeError, match="did not repeat the same decisions"):
+        scenarios.least_of_runs([first, other])
 
 
 def test_a_full_collection_in_a_decision_is_counted_apart_from_hybrids_own_time(
