@@ -259,7 +259,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         jobs = pool.jobs
         # the same status object: unchanged (most jobs, most steps; it is in the queue, so
         # a look would find nothing to do), and a job no longer kept: nothing to look at
-        for job_id in jobs.not_the_same(tracked, statuses):
+        for job_id in self._note_together(pool, jobs.not_the_same(tracked, statuses),
+                                          statuses, now):
             old = jobs.get(job_id)
             if old is None:
                 continue

@@ -15,7 +15,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, filterfalse, repeat
-from operator import attrgetter, is_not, neg
+from operator import attrgetter, is_not, neg, not_
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,25 @@ class JobTable(CountingDict):
         nothing to do for it), in their order; a C pass, not a Python loop."""
         return list(compress(job_ids, map(is_not, map(statuses.get, job_ids),
                                           map(dict.get, repeat(self), job_ids))))
+
+    def set_kept(self, statuses: list[JobStatus]) -> None:
+        """Set these statuses of jobs kept here, together, as one by one would: the
+        tallies and the queued jobs move in C passes."""
+        ids = list(map(_job_id, statuses))
+        olds = list(map(dict.__getitem__, repeat(self), ids))
+        counts = self.by_state_reason
+        counts.subtract(zip(map(_state, olds), map(_reason, olds), strict=True))
+        states = list(map(_state, statuses))
+        counts.update(zip(states, map(_reason, statuses), strict=True))
+        for key in [key for key, left in counts.items() if left <= 0]:
+            del counts[key]
+        queued = list(map(QUEUED_STATES.__contains__, states))
+        self.queued.update(dict.fromkeys(filterfalse(self.queued.__contains__,
+                                                     compress(ids, queued))))
+        for job_id in compress(ids, map(not_, queued)):
+            self.queued.pop(job_id, None)
+        self.version += 1
+        dict.update(self, zip(ids, statuses, strict=True))
 
     def popitem(self) -> Any:
         if not self:

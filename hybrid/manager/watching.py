@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from itertools import filterfalse
 from typing import Any
 
 from dask.utils import parse_timedelta
@@ -87,6 +88,45 @@ class JobWatch:
         """Seconds a job may wait in the queue before it is reported
         (``hybrid.batch.stuck-timeout``)."""
         return parse_timedelta(config.get("batch.stuck-timeout", "5 minutes"))
+
+    def _note_together(self, pool: ManagedPool, job_ids: list[str],
+                       statuses: Mapping[str, JobStatus], now: float) -> list[str]:
+        """Note together what :meth:`_observe` would note one by one for the jobs that
+        still wait with only a new reason and the jobs that start for the first time
+        (hundreds at once when a queue fills or drains); the others of ``job_ids`` are
+        returned, in order, for a look each."""
+        jobs, started, starts = pool.jobs, pool._started, pool._starts
+        pending, running = JobState.pending, JobState.running
+        waiting: list[JobStatus] = []
+        starting: list[JobStatus] = []
+        rest: list[str] = []
+        for job_id in job_ids:  # (every first start goes together: the waits' order)
+            old, new = jobs.get(job_id), statuses.get(job_id)
+            if old is None or new is None or job_id in started:
+                rest.append(job_id)
+            elif new.state is running and (old.state is not running or new != old):
+                starting.append(new)
+            elif (new.state is pending and old.state is pending
+                  and new.reason != old.reason and new.evicted == old.evicted
+                  and (new.starts is None or starts.get(job_id) == new.starts)):
+                waiting.append(new)
+            else:
+                rest.append(job_id)
+        if waiting:
+            ids = [s.job_id for s in waiting]
+            pool._first_pending.update(dict.fromkeys(
+                filterfalse(pool._first_pending.__contains__, ids), now))
+        if starting:  # their first start: how long the queue made them wait
+            ids = [s.job_id for s in starting]
+            starts.update((s.job_id, s.starts) for s in starting if s.starts is not None)
+            for job_id in ids:
+                pool._first_pending.pop(job_id, None)
+            started.update(dict.fromkeys(ids, now))
+            pool.queue_waits.extend(now - submitted for submitted in map(
+                pool._submitted.get, ids) if submitted is not None)
+        if waiting or starting:
+            jobs.set_kept(waiting + starting)  # type: ignore[attr-defined]
+        return rest
 
     def _observe(self, pool: ManagedPool, old: JobStatus, new: JobStatus, now: float) -> None:
         """Note what changed for a job still in the queue (``old``: as last seen)."""

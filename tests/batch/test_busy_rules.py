@@ -298,6 +298,8 @@ def test_a_pools_active_jobs_follow_every_change_of_its_job_table() -> None:
         lambda: pool.jobs.__ior__({"5": status("5", JobState.running)}),
         lambda: pool.track([status("6", JobState.removing), status("7", JobState.held),
                             status("9", JobState.pending)]),  # (new jobs: counted together)
+        lambda: pool.jobs.set_kept([status("7", JobState.running),  # (together)
+                                    status("9", JobState.removing)]),
         lambda: pool.jobs.update({"6": status("6", JobState.running),  # (one known, one new)
                                   "8": status("8", JobState.pending)}),
         lambda: pool.jobs.pop("1"),
@@ -500,3 +502,60 @@ def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
     assert not same_workers(moved, live)
     assert not same_workers(dict(list(live.items())[1:]), live)
     assert not same_workers(dict(reversed(live.items())), live)  # (order: looked again)
+
+
+def test_a_refresh_notes_together_what_it_would_note_job_by_job() -> None:
+    """Jobs that wait with a new reason and jobs that start for the first time are noted
+    together (issue 17, B4): on random changes the pool ends as the one-by-one
+    ``_observe`` of every change leaves it (the jobs, their starts, when they started
+    and first waited, the queue waits in order); the other changes are left for a look
+    each."""
+    import random
+
+    from hybrid.batch import JobState, JobStatus, get_system
+    from hybrid.manager import PoolManager
+    from hybrid.worker import Connection
+
+    rng = random.Random(3)
+    states = [JobState.pending, JobState.running, JobState.held]
+    ids = [f"job.{n}" for n in range(400)]
+    before = {j: JobStatus(j, rng.choice(states), rng.choice([None, "A"]), "c1", "cpu",
+                           None, rng.choice([None, 0, 1])) for j in ids}
+    after = {j: JobStatus(j, rng.choice(states), rng.choice([None, "A", "B"]), "c1", "cpu",
+                          None, rng.choice([None, 0, 1]), rng.random() < 0.05) for j in ids}
+    started = set(rng.sample(ids, 60))
+
+    def prepared() -> tuple[PoolManager, object]:
+        manager = PoolManager("c1", Connection("tcp://127.0.0.1:1"), None)
+        pool = manager.add(PoolSpec.build("cpu", "local", cores=1, nanny=False),
+                           get_system("local"))
+        pool.track(before.values())
+        for n, job_id in enumerate(ids):
+            pool._submitted[job_id] = float(n)
+            if before[job_id].starts is not None:
+                pool._starts[job_id] = before[job_id].starts
+            if job_id in started:
+                pool._started[job_id] = 1.0
+            elif before[job_id].state is JobState.pending:
+                pool._first_pending[job_id] = 2.0
+        return manager, pool
+
+    def look(manager: PoolManager, pool, job_ids: list[str]) -> None:
+        for job_id in job_ids:  # what the refresh's loop does for a changed queued job
+            old, new = pool.jobs[job_id], after[job_id]
+            if new != old:
+                manager._observe(pool, old, new, 500.0)
+                pool.jobs[job_id] = new
+
+    one_by_one, plain = prepared()
+    look(one_by_one, plain, ids)
+    together_manager, together = prepared()
+    rest = together_manager._note_together(together, ids, after, 500.0)
+    assert len(rest) > 0 and len(ids) - len(rest) > 30  # some together, some looked at
+    look(together_manager, together, rest)
+    for name in ("_started", "_first_pending", "_starts", "_submitted"):
+        assert getattr(together, name) == getattr(plain, name), name
+    assert dict(together.jobs) == dict(plain.jobs)
+    assert together.jobs.by_state_reason == plain.jobs.by_state_reason
+    assert list(together.queue_waits) == list(plain.queue_waits)
+    assert together.evictions == plain.evictions
