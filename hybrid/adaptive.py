@@ -22,13 +22,14 @@ import asyncio
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from itertools import compress, repeat
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 from distributed.deploy.adaptive_core import AdaptiveCore
 from tornado.ioloop import PeriodicCallback
 
 from hybrid.errors import ConfigurationError
+from hybrid.manager.pool import worker_names
 from hybrid.routing import NOT_GPU
 
 if TYPE_CHECKING:
@@ -233,13 +234,8 @@ def same_workers(now: Mapping[str, Mapping[str, Any]],
                  then: Mapping[str, Mapping[str, Any]]) -> bool:
     """Whether two answers of the scheduler list the same workers: the same addresses
     with the same names, in the same order (passes in C, not in Python)."""
-    if len(now) != len(then) or list(now) != list(then):
-        return False
-    values = (now.values(), then.values())
-    if all(all(map(isinstance, v, repeat(dict))) for v in values):
-        return list(map(dict.get, values[0], repeat("name"))) == list(
-            map(dict.get, values[1], repeat("name")))
-    return all(a.get("name") == b.get("name") for a, b in zip(*values, strict=True))
+    return (len(now) == len(then) and list(now) == list(then)
+            and worker_names(now) == worker_names(then))
 
 
 def adaptive_class(value: Any, field: str) -> type[PoolAdaptive]:

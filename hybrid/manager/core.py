@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import operator
 import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -38,7 +37,7 @@ from hybrid.batch.jobs import ACTIVE_STATES
 from hybrid.errors import BatchError, ConfigurationError, HybridError, PoolFailed, ToolMissing
 from hybrid.manager.closing import Closing
 from hybrid.manager.lifetime import Lifetimes
-from hybrid.manager.pool import ManagedPool, PoolStatus, short_ids
+from hybrid.manager.pool import ManagedPool, PoolStatus, by_job_id, short_ids
 from hybrid.manager.preference import Preferences, capacity, shares
 from hybrid.manager.waiting import WaitingForWorkers
 from hybrid.manager.watching import JobWatch
@@ -56,7 +55,6 @@ GONE = "no longer in the queue"
 #: The functions run on the scheduler, pickled (by value) once.
 _PICKLED: dict[Callable, bytes] = {}
 _NO_ARGS = pickle.dumps(())
-_JOB_ID = operator.attrgetter("job_id")
 
 
 class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
@@ -246,8 +244,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             pool.refreshed_at = self.clock()
             return
         asked = self.clock()
-        answer = list(await self.call(pool.system.query, job_ids=tracked))
-        statuses = dict(zip(map(_JOB_ID, answer), answer, strict=True))
+        statuses = by_job_id(await self.call(pool.system.query, job_ids=tracked))
         pool.refreshed_at = self.clock()  # the system answered
         # how a job we removed ended needs no history (Slurm's costs a call per job)
         missing = [j for j in tracked if j not in statuses and j not in pool._removed

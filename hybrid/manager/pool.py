@@ -15,8 +15,9 @@ from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, filterfalse, repeat
-from operator import attrgetter, is_not, neg, not_
+from operator import and_, attrgetter, ge, is_, is_not, neg, not_, sub
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
@@ -29,8 +30,10 @@ __all__ = ["EXIT_HINTS", "KEPT_LOGS", "ManagedPool", "PoolStatus", "keep_log", "
 
 #: The order :meth:`ManagedPool.least_needed` removes jobs in (other states: 2).
 _REMOVAL_RANK = {JobState.held: 0, JobState.pending: 1}
-#: A job the pool does not track: ranked as pending.
+#: A job the pool does not track: ranked as pending in the order of removal, and not
+#: counted as pending among the stale jobs.
 _UNKNOWN = JobStatus("", JobState.pending)
+_NOT_KEPT = SimpleNamespace(state=None)
 _state, _reason, _job_id = attrgetter("state"), attrgetter("reason"), attrgetter("job_id")
 #: The job states a pool's status counts (the jobs still in the queue).
 _SHOWN = (JobState.pending, JobState.running, JobState.held, JobState.removing)
@@ -124,6 +127,21 @@ EXIT_HINTS = {
     "9": "killed by SIGKILL: often the memory limit (give the pool more memory)",
 }
 
+def by_job_id(statuses: Iterable[JobStatus]) -> dict[str, JobStatus]:
+    """Job id -> status (a C pass: a query's answer may list a thousand jobs)."""
+    listed = list(statuses)
+    return dict(zip(map(_job_id, listed), listed, strict=True))
+
+
+def worker_names(live: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The name of each worker of ``live`` (address -> the scheduler's identity of the
+    worker), in its order; a C pass where the identities are dicts (as they come)."""
+    infos = live.values()
+    if all(map(isinstance, infos, repeat(dict))):
+        return list(map(dict.get, infos, repeat("name")))
+    return [info.get("name") for info in infos]
+
+
 class CountingDict(dict):
     """A dict that counts its changes (:attr:`version`): what is derived from it is
     computed once per change, not once per question (an adaptive step asks many times)."""
@@ -186,24 +204,15 @@ class JobTable(CountingDict):
             del self.by_state_reason[key]
 
     def __setitem__(self, job_id: str, status: JobStatus) -> None:
-        # (:meth:`_count` inlined: a refresh may set hundreds of jobs at once)
-        counts = self.by_state_reason
         old = dict.get(self, job_id)
         if old is not None:
-            key = (old.state, old.reason)
-            left = counts[key] - 1
-            if left:
-                counts[key] = left
-            else:
-                del counts[key]
-        key = (status.state, status.reason)
-        counts[key] = counts.get(key, 0) + 1
+            self._count(old, -1)
+        self._count(status, 1)
         if status.state in QUEUED_STATES:
             self.queued.setdefault(job_id, None)
         else:
             self.queued.pop(job_id, None)
-        self.version += 1
-        dict.__setitem__(self, job_id, status)
+        super().__setitem__(job_id, status)
 
     def __delitem__(self, job_id: str) -> None:
         self._count(self[job_id], -1)
@@ -225,25 +234,6 @@ class JobTable(CountingDict):
         return list(compress(job_ids, map(is_not, map(statuses.get, job_ids),
                                           map(dict.get, repeat(self), job_ids))))
 
-    def set_kept(self, statuses: list[JobStatus]) -> None:
-        """Set these statuses of jobs kept here, together, as one by one would: the
-        tallies and the queued jobs move in C passes."""
-        ids = list(map(_job_id, statuses))
-        olds = list(map(dict.__getitem__, repeat(self), ids))
-        counts = self.by_state_reason
-        counts.subtract(zip(map(_state, olds), map(_reason, olds), strict=True))
-        states = list(map(_state, statuses))
-        counts.update(zip(states, map(_reason, statuses), strict=True))
-        for key in [key for key, left in counts.items() if left <= 0]:
-            del counts[key]
-        queued = list(map(QUEUED_STATES.__contains__, states))
-        self.queued.update(dict.fromkeys(filterfalse(self.queued.__contains__,
-                                                     compress(ids, queued))))
-        for job_id in compress(ids, map(not_, queued)):
-            self.queued.pop(job_id, None)
-        self.version += 1
-        dict.update(self, zip(ids, statuses, strict=True))
-
     def popitem(self) -> Any:
         if not self:
             raise KeyError("popitem(): the job table is empty")
@@ -258,16 +248,22 @@ class JobTable(CountingDict):
         return status
 
     def update(self, *args: Any, **kwargs: Any) -> None:
+        """Set these jobs' statuses together (a submission's, or the hundreds a refresh
+        notes at once), as one by one would: the tallies and the queued jobs move in C
+        passes."""
         items = dict(*args, **kwargs)
-        if not self.keys().isdisjoint(items):
-            for job_id, status in items.items():  # (some replace a status: one by one)
-                self[job_id] = status
-            return
-        # new jobs only (a submission's): counted together, in C passes
+        olds = list(filter(None, map(dict.get, repeat(self), items)))
+        counts = self.by_state_reason
+        counts.subtract(zip(map(_state, olds), map(_reason, olds), strict=True))
         states = list(map(_state, items.values()))
-        self.by_state_reason.update(zip(states, map(_reason, items.values()), strict=True))
-        self.queued.update(dict.fromkeys(compress(items, map(QUEUED_STATES.__contains__,
-                                                              states))))
+        counts.update(zip(states, map(_reason, items.values()), strict=True))
+        for key in [key for key, left in counts.items() if left <= 0]:
+            del counts[key]
+        queued = list(map(QUEUED_STATES.__contains__, states))
+        self.queued.update(dict.fromkeys(filterfalse(self.queued.__contains__,
+                                                     compress(items, queued))))
+        for job_id in compress(items, map(not_, queued)):
+            self.queued.pop(job_id, None)
         self.version += 1
         dict.update(self, items)
 
@@ -405,6 +401,17 @@ class ManagedPool:
             return [key[2] for key in heapq.nsmallest(max(0, count), keys)]
         return [key[2] for key in sorted(keys)]
 
+    def stale_pending(self, now: float, after: float) -> int:
+        """How many pending jobs were submitted (else first seen pending) ``after``
+        seconds or longer before ``now`` (C passes: a large pool has hundreds pending, and
+        every step of its order of preference asks)."""
+        first_pending = self._first_pending
+        ids = list(first_pending)
+        pending = map(is_, map(_state, map(self.jobs.get, ids, repeat(_NOT_KEPT))),
+                      repeat(JobState.pending))
+        waited = map(sub, repeat(now), map(self._submitted.get, ids, first_pending.values()))
+        return sum(map(and_, pending, map(ge, waited, repeat(after))))
+
     def forget(self, job_id: str) -> None:
         """Drop what the pool keeps on a job that left the queue."""
         for record in (self._first_pending, self._submitted, self._started, self._starts,
@@ -454,11 +461,7 @@ class ManagedPool:
         scheduler's identity of the worker), found by name in C passes (a large pool's
         adaptive step asks for them over a thousand workers)."""
         addresses = list(live)
-        infos = live.values()
-        names = (list(map(dict.get, infos, repeat("name")))
-                 if all(map(isinstance, infos, repeat(dict)))
-                 else [info.get("name") for info in infos])
-        job_ids = self.jobs_of_workers(names)
+        job_ids = self.jobs_of_workers(worker_names(live))
         ours = list(compress(job_ids, job_ids))
         where = list(compress(addresses, job_ids))
         out = dict(zip(ours, map(list, zip(where)), strict=True))
@@ -470,8 +473,7 @@ class ManagedPool:
 
     def track(self, statuses: Iterable[JobStatus]) -> None:
         """Start (or keep) tracking these jobs."""
-        listed = list(statuses)
-        found = dict(zip(map(_job_id, listed), listed, strict=True))
+        found = by_job_id(statuses)
         self.jobs.update(found)
         self._by_suffix.update(zip(map(worker_name_suffix, found), found, strict=True))
 

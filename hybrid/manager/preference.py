@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from types import SimpleNamespace
 from typing import Any
 
 from hybrid.batch import JobState
@@ -62,10 +59,6 @@ class Capacity:
     adaptive: bool = True
 
 
-_STATE = operator.attrgetter("state")
-_UNTRACKED = SimpleNamespace(state=None)  # (a job no longer tracked: not pending)
-
-
 def shares(demand: int, order: Sequence[Capacity]) -> dict[str, int]:
     """The jobs each pool of ``order`` (preferred first) should have for ``demand`` tasks.
 
@@ -93,16 +86,7 @@ def capacity(pool: ManagedPool, fraction: float, now: float,
     stale = 0
     if fallback is not None:
         stale = pool.state_counts.get(JobState.held, 0)  # as of the last refresh
-        # pending jobs submitted (else first seen pending) ``after`` or longer ago, in C
-        # passes: a large pool has hundreds pending, and every step of its order asks
-        first_pending = pool._first_pending
-        ids = list(first_pending)
-        pending = map(operator.is_, map(_STATE, map(pool.jobs.get, ids, repeat(_UNTRACKED))),
-                      repeat(JobState.pending))
-        waited = map(operator.sub, repeat(now),
-                     map(pool._submitted.get, ids, first_pending.values()))
-        stale += sum(map(operator.and_, pending,
-                         map(operator.ge, waited, repeat(fallback[1]))))
+        stale += pool.stale_pending(now, fallback[1])
     return Capacity(pool.name, pool.spec.tasks_per_job(fraction),
                     adaptive.maximum if adaptive is not None else pool.target,
                     plan, stale, adaptive is not None)

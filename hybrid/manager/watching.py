@@ -23,7 +23,7 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import JobState, JobStatus
 from hybrid.errors import BatchError
-from hybrid.manager.pool import ManagedPool, short_ids
+from hybrid.manager.pool import ManagedPool, by_job_id, short_ids
 
 logger = logging.getLogger("hybrid")
 
@@ -125,7 +125,7 @@ class JobWatch:
             pool.queue_waits.extend(now - submitted for submitted in map(
                 pool._submitted.get, ids) if submitted is not None)
         if waiting or starting:
-            jobs.set_kept(waiting + starting)  # type: ignore[attr-defined]
+            jobs.update(by_job_id(waiting + starting))
         return rest
 
     def _observe(self, pool: ManagedPool, old: JobStatus, new: JobStatus, now: float) -> None:

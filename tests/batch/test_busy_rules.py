@@ -298,8 +298,8 @@ def test_a_pools_active_jobs_follow_every_change_of_its_job_table() -> None:
         lambda: pool.jobs.__ior__({"5": status("5", JobState.running)}),
         lambda: pool.track([status("6", JobState.removing), status("7", JobState.held),
                             status("9", JobState.pending)]),  # (new jobs: counted together)
-        lambda: pool.jobs.set_kept([status("7", JobState.running),  # (together)
-                                    status("9", JobState.removing)]),
+        lambda: pool.jobs.update({"7": status("7", JobState.running),  # (together)
+                                  "9": status("9", JobState.removing)}),
         lambda: pool.jobs.update({"6": status("6", JobState.running),  # (one known, one new)
                                   "8": status("8", JobState.pending)}),
         lambda: pool.jobs.pop("1"),
