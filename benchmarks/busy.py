@@ -18,7 +18,9 @@ Real pools (the CI pools' opt-in busy mechanisms, docs/ci-pools.md):
 Simulator (``busy-sim``, B4; :mod:`benchmarks.busy_scenarios`): the scenarios, and the
 facility day of about 10,000 jobs: the time each of hybrid's decisions takes (CPU time of
 this process: the machine is shared; and that CPU time less what the simulated batch
-system and scheduler took to answer, hybrid's own), and the run's own time.
+system and scheduler took to answer, hybrid's own), and the run's own time. The day runs
+``FACILITY_RUNS`` times (once with ``--quick``): each decision is also counted at the least
+it took over the runs, the reading B4's goal uses.
 """
 
 from __future__ import annotations
