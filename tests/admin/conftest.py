@@ -29,9 +29,9 @@ import yaml
 
 from hybrid.batch.base import write_private
 from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
+from tests.gateway.helpers import TEST_GATEWAY_SETTINGS
 
 SCHEMA_DIR = Path(__file__).with_name("schemas")
-HEARTBEAT_PERIOD = 1  # seconds: the stock gateway would retire external workers within ~3 s
 
 
 def free_port() -> int:
@@ -79,7 +79,7 @@ def crd_schema() -> dict[str, Any]:
 @pytest.fixture(scope="package")
 def dev_gateway() -> Iterator[DevGateway]:
     """A real dask-gateway-server for the admin tests (stopped, with its clusters, at the end)."""
-    gateway = start_dev_gateway(heartbeat_period=HEARTBEAT_PERIOD)
+    gateway = start_dev_gateway(**TEST_GATEWAY_SETTINGS)
     try:
         yield gateway
     finally:

@@ -18,10 +18,7 @@ from typing import Any
 import pytest
 
 from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
-from tests.gateway.helpers import ExternalWorkers, gateway_client
-
-#: Seconds between scheduler heartbeats in the test gateways (the server's minimum).
-HEARTBEAT_PERIOD = 1
+from tests.gateway.helpers import TEST_GATEWAY_SETTINGS, ExternalWorkers, gateway_client
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +36,7 @@ def _collect_client_objects_in_the_main_thread() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def dev_gateway() -> Iterator[DevGateway]:
     """A real dev gateway for the whole session (stopped, with its clusters, at the end)."""
-    gateway = start_dev_gateway(heartbeat_period=HEARTBEAT_PERIOD)
+    gateway = start_dev_gateway(**TEST_GATEWAY_SETTINGS)
     try:
         yield gateway
     finally:
@@ -52,8 +49,7 @@ def start_gateway() -> Iterator[Callable[..., DevGateway]]:
     started: list[DevGateway] = []
 
     def start(**settings: Any) -> DevGateway:
-        settings.setdefault("heartbeat_period", HEARTBEAT_PERIOD)
-        gateway = start_dev_gateway(**settings)
+        gateway = start_dev_gateway(**{**TEST_GATEWAY_SETTINGS, **settings})
         started.append(gateway)
         return gateway
 

@@ -19,6 +19,11 @@ from typing import Any
 
 from hybrid.gateway import scheduler_sni
 
+#: Settings of every test gateway: schedulers beat each second (external workers must survive
+#: many beats), and a scheduler held up by a busy machine keeps its cluster (the stock timeout,
+#: two periods, culled one mid-test on CI; a dead scheduler is still seen by its PID).
+TEST_GATEWAY_SETTINGS: dict[str, Any] = {"heartbeat_period": 1, "heartbeat_timeout": 60}
+
 
 def write_tls_files(security: Any, directory: Path, prefix: str = "dask") -> tuple[Path, Path]:
     """Write a cluster's ``security.tls_cert`` / ``tls_key`` 0600; return (cert, key) paths."""

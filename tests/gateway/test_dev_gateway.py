@@ -41,6 +41,8 @@ pytestmark = [
 #: Heartbeats to watch external workers survive (the gateway also retires 3 s after a join).
 HEARTBEATS_TO_SURVIVE = 3
 MIN_SECONDS_TO_SURVIVE = 5
+#: Seconds a scheduler is held up, as a busy machine can (more than the stock two periods).
+STALL_SECONDS = 5
 
 
 def _scheduler_process(dev: DevGateway, cluster_name: str) -> psutil.Process:
@@ -317,3 +319,23 @@ def test_dev_gateway_state_is_private_and_the_password_is_checked(dev_gateway):
     right = dev_gateway.gateway()
     assert isinstance(right.list_clusters(), list)
     right.close()
+
+
+def test_a_scheduler_stalled_by_a_busy_machine_keeps_its_cluster(dev_gateway, gateway):
+    """The test gateways beat every second, yet a scheduler held up a few seconds (a busy CI
+    machine) keeps its cluster: the stock timeout (two periods) culled one mid-test once."""
+    cluster = gateway.new_cluster()
+    scheduler = _scheduler_process(dev_gateway, cluster.name)
+    scheduler.suspend()
+    try:
+        stalled_until = time.monotonic() + STALL_SECONDS
+        while time.monotonic() < stalled_until:  # the stall is the stimulus, not a wait
+            time.sleep(0.2)
+            assert cluster.name in {c.name for c in gateway.list_clusters()}, (
+                f"the gateway stopped cluster {cluster.name} while its scheduler stalled:\n"
+                f"{dev_gateway.log_text()[-3000:]}")
+    finally:
+        scheduler.resume()
+    with cluster.get_client(set_as_default=False) as client:
+        assert client.scheduler_info()["type"] == "Scheduler"
+    cluster.shutdown()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
+from tests.gateway.helpers import TEST_GATEWAY_SETTINGS
 
 #: The dev gateway culls a cluster after this many seconds without a client: a cluster
 #: object's heartbeat counts as one, so only a killed process's cluster goes.
@@ -17,7 +18,7 @@ CLIENT_TIMEOUT = 15
 @pytest.fixture(scope="module")
 def lifecycle_gateway() -> Iterator[DevGateway]:
     """A real dev gateway whose ``client_timeout`` reclaims clusters nobody uses."""
-    gateway = start_dev_gateway(heartbeat_period=1, client_timeout=CLIENT_TIMEOUT)
+    gateway = start_dev_gateway(**TEST_GATEWAY_SETTINGS, client_timeout=CLIENT_TIMEOUT)
     try:
         yield gateway
     finally:

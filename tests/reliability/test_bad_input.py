@@ -55,6 +55,7 @@ from hybrid.resources import (
     resources_from_json,
 )
 from hybrid.units import unit
+from tests.gateway.helpers import TEST_GATEWAY_SETTINGS
 from tests.reliability._real import configured, real_jobs
 
 pytestmark = pytest.mark.timeout(120)
@@ -677,7 +678,7 @@ class Bench:
         from hybrid.gateway_server.dev import start_dev_gateway
 
         if self._dev is None:
-            self._dev = start_dev_gateway(heartbeat_period=1)
+            self._dev = start_dev_gateway(**TEST_GATEWAY_SETTINGS)
         if kwargs:
             return HTCGateway(**self._dev.gateway_kwargs(), **kwargs).close()
         if self._gateway is None:

@@ -46,7 +46,13 @@ import pytest
 from hybrid.gateway import scheduler_sni
 from hybrid.gateway.client import METADATA_KEY, HTCGateway
 from hybrid.gateway_server.dev import DevGateway, start_dev_gateway
-from tests.gateway.helpers import ExternalWorkers, wait_for, worker_names, write_tls_files
+from tests.gateway.helpers import (
+    TEST_GATEWAY_SETTINGS,
+    ExternalWorkers,
+    wait_for,
+    worker_names,
+    write_tls_files,
+)
 from tests.reliability._real import real_jobs
 
 pytestmark = [
@@ -98,7 +104,7 @@ square, environment, tls_files = _build()
 @pytest.fixture(scope="module")
 def dev() -> Iterator[DevGateway]:
     """A dev gateway of this module, started before any credential is in the environment."""
-    gateway = start_dev_gateway(heartbeat_period=1)
+    gateway = start_dev_gateway(**TEST_GATEWAY_SETTINGS)
     try:
         yield gateway
     finally:
