@@ -13,7 +13,9 @@
 # follows the rest's. The exit status is 0 when every run
 # passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
 # 5 when none had a test, else 1. Each run is a session of its own (setsid): a Ctrl-C in the
-# terminal reaches ci/test.sh, whose cleanup stops this script, and no run directly. Stopped
+# terminal reaches ci/test.sh, whose cleanup stops this script, and no run directly; each
+# starts with Ctrl-C's default action (not ignored, as a background job's would be), so a
+# stop that comes while its Python still starts ends it too. Stopped
 # (a signal, or its own end), it interrupts every run still going with ONE Ctrl-C to its
 # process group, as a terminal would (a second one could cut a fixture's teardown short;
 # pytest-xdist's workers hear it too), and kills what is left of the group after 60 s.
@@ -58,7 +60,7 @@ log "pytest: the rest in $((workers - 1)) worker(s); beside it the pools' tests,
     "time per lane, by phase: $(printf '[%s] ' "${PHASES[@]}")"
 # (in the background, so that a signal to this script is handled at once, not when a
 # pytest ends)
-setsid "${command[@]}" --part rest -n "$((workers - 1))" "$@" &
+(trap - INT; exec setsid "${command[@]}" --part rest -n "$((workers - 1))" "$@") &
 rest_pid=$!
 
 runs=()     # "pools" or "pools/LANE", in order
@@ -73,7 +75,7 @@ for phase in "${PHASES[@]}"; do
         else
             args=(--part pools --lane "$lane"); name="pools/$lane"
         fi
-        setsid "${command[@]}" "${args[@]}" "$@" > "$logs/${#runs[@]}" 2>&1 &
+        (trap - INT; exec setsid "${command[@]}" "${args[@]}" "$@") > "$logs/${#runs[@]}" 2>&1 &
         lane_pids+=($!)
         runs+=("$name")
     done

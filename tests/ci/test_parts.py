@@ -28,6 +28,10 @@ run = args[args.index("--part") + 1]
 if "--lane" in args:
     run += "-" + args[args.index("--lane") + 1]
 record = os.path.join(os.environ["RECORD"], run)
+if os.environ.get("STARTUP_S"):  # (a pytest still starting: no handler of its own yet)
+    with open(record + ".starting", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(float(os.environ["STARTUP_S"]))
 with open(record + ".args", "w") as f:
     f.write(" ".join(args))
 with open(os.path.join(os.environ["RECORD"], "order"), "a") as f:
@@ -40,6 +44,10 @@ signal.signal(signal.SIGINT, interrupted)  # (as the suite's pytest_configure do
 print(f"output of {run}", flush=True)
 if run == "rest" and os.environ.get("DOTS"):  # as pytest -q's progress: no newline yet
     print("....", end="", flush=True)
+    open(os.path.join(os.environ["RECORD"], "dots"), "w").close()
+elif os.environ.get("DOTS"):  # (a lane ends after the dots are out)
+    while not os.path.exists(os.path.join(os.environ["RECORD"], "dots")):
+        time.sleep(0.05)
 if os.environ.get("WAIT"):
     with open(record + ".pid", "w") as f:
         f.write(str(os.getpid()))
@@ -185,6 +193,32 @@ def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) ->
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not (tmp_path / "pools-sge.args").exists()  # (no later phase started)
+
+
+def test_a_run_stopped_while_it_starts_ends_at_once(tmp_path) -> None:
+    """A stop that comes while a run's Python is still starting (before pytest has a SIGINT
+    handler of its own) ends that run at once: its Ctrl-C is not ignored, as a background
+    job's would be, leaving it to the KILL a minute later."""
+    env = {**os.environ, "RECORD": str(tmp_path), "STARTUP_S": "300"}
+    script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    runs = ["rest", "pools-htcondor", "pools-slurm"]
+    try:
+        deadline = time.monotonic() + 30
+        starting = [tmp_path / f"{run}.starting" for run in runs]
+        while not all(p.exists() and p.read_text() for p in starting):
+            assert time.monotonic() < deadline, "the runs did not start"
+            time.sleep(0.05)
+        stopped = time.monotonic()
+        script.send_signal(signal.SIGTERM)
+        assert script.wait(timeout=40) == 143
+        assert time.monotonic() - stopped < 30  # (not the KILL after 60 s)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    for path in starting:
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(path.read_text()), 0)
 
 
 class _Item:
