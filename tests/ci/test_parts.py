@@ -171,17 +171,23 @@ def test_without_lanes_the_pools_part_is_one_run(tmp_path) -> None:
     assert "the rest: exit 0; pools: exit 1" in result.stdout
 
 
+def _wait_for_records(tmp_path: Path, runs: list[str], suffix: str) -> list[Path]:
+    """Wait (30 s at most) until the double has written ``RUN.SUFFIX`` for every run."""
+    deadline = time.monotonic() + 30
+    records = [tmp_path / f"{run}.{suffix}" for run in runs]
+    while not all(p.exists() and p.read_text() for p in records):
+        assert time.monotonic() < deadline, "the runs did not start"
+        time.sleep(0.05)
+    return records
+
+
 def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) -> None:
     env = {**os.environ, "RECORD": str(tmp_path), "WAIT": "1"}
     script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     runs = ["rest", "pools-htcondor", "pools-slurm"]  # (the first phase's lanes)
     try:
-        deadline = time.monotonic() + 30
-        pids = [tmp_path / f"{run}.pid" for run in runs]
-        while not all(p.exists() and p.read_text() for p in pids):
-            assert time.monotonic() < deadline, "the runs did not start"
-            time.sleep(0.05)
+        _wait_for_records(tmp_path, runs, "pid")
         script.send_signal(signal.SIGTERM)  # (as ci/test.sh's cleanup stops it)
         assert script.wait(timeout=30) == 143
     finally:
@@ -204,11 +210,7 @@ def test_a_run_stopped_while_it_starts_ends_at_once(tmp_path) -> None:
                               stderr=subprocess.DEVNULL)
     runs = ["rest", "pools-htcondor", "pools-slurm"]
     try:
-        deadline = time.monotonic() + 30
-        starting = [tmp_path / f"{run}.starting" for run in runs]
-        while not all(p.exists() and p.read_text() for p in starting):
-            assert time.monotonic() < deadline, "the runs did not start"
-            time.sleep(0.05)
+        starting = _wait_for_records(tmp_path, runs, "starting")
         stopped = time.monotonic()
         script.send_signal(signal.SIGTERM)
         assert script.wait(timeout=40) == 143
