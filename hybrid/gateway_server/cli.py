@@ -42,13 +42,17 @@ Examples:
               help="Let the gateway start its own local workers (scale without a batch pool).")
 @click.option("--heartbeat-period", default=None, type=int,
               help="Seconds between scheduler heartbeats (default: the gateway's, 15).")
+@click.option("--heartbeat-timeout", default=None,
+              help='Stop a cluster whose scheduler sent no heartbeat for this long, e.g. '
+                   '"1 minute" (default: the gateway\'s, twice --heartbeat-period; give more '
+                   "where a busy machine can hold a scheduler up).")
 @click.option("--idle-timeout", default="0",
               help='Shut idle clusters down after this long, e.g. "30 minutes" (0: never).')
 @click.option("--start-timeout", default=60.0, show_default=True, type=float,
               help="Seconds to wait for the server's API to answer.")
 def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
-        gateway_workers: bool, heartbeat_period: int | None, idle_timeout: str,
-        start_timeout: float) -> None:
+        gateway_workers: bool, heartbeat_period: int | None, heartbeat_timeout: str | None,
+        idle_timeout: str, start_timeout: float) -> None:
     """Run a real dask-gateway-server on 127.0.0.1 until Ctrl-C or SIGTERM.
 
     Prints the addresses, the credentials, the Python to connect and how to get workers:
@@ -66,8 +70,10 @@ def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
         stop_requested.set()
 
     settings: dict[str, Any] = {"gateway_workers": gateway_workers, "idle_timeout": idle_timeout}
-    if heartbeat_period is not None:
-        settings["heartbeat_period"] = heartbeat_period
+    for name, value in (("heartbeat_period", heartbeat_period),
+                        ("heartbeat_timeout", heartbeat_timeout)):
+        if value is not None:
+            settings[name] = value
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
@@ -75,7 +81,7 @@ def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
                                             state_dir=state_dir, start_timeout=start_timeout,
                                             **settings)
         except ConfigurationError as error:
-            raise click.UsageError(str(error)) from None
+            raise _as_option_error(error) from None
         except DevGatewayError as error:
             raise click.ClickException(str(error)) from None
         with dev_gateway:
@@ -94,3 +100,14 @@ def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _as_option_error(error: ConfigurationError) -> click.UsageError:
+    """The error of a bad value, naming the option that gave it where one did."""
+    context = click.get_current_context()
+    option = next((p for p in context.command.params if p.name == error.field), None)
+    if option is None:
+        return click.UsageError(str(error))
+    message = f"{error.value!r} is not valid: expected {error.accepted}."
+    return click.BadParameter(f"{message} {error.fix}" if error.fix else message,
+                              ctx=context, param=option)

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from click.testing import CliRunner
 from dask_gateway import BasicAuth, Gateway
 from distributed.utils import open_port
 
 from hybrid.cli import cli
 from hybrid.errors import ConfigurationError
-from hybrid.gateway_server.dev import DevGatewayError, start_dev_gateway
+from hybrid.gateway_server.dev import SETTINGS_FILE, DevGatewayError, start_dev_gateway
 from tests.gateway.helpers import wait_for
 
 pytestmark = [
@@ -147,7 +148,7 @@ class _LineReader:
                                                 (signal.SIGTERM, "given-password-123")])
 def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
     argv = [sys.executable, "-m", "hybrid.cli", "gateway", "dev", "--heartbeat-period", "1",
-            "--proxy-port", str(open_port("127.0.0.1"))]
+            "--heartbeat-timeout", "1 minute", "--proxy-port", str(open_port("127.0.0.1"))]
     if password:
         argv += ["--password", password]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -174,6 +175,8 @@ def test_cli_dev_banner_answers_and_exits_cleanly(sig, password):
         server = [p for p in descendants if "dask_gateway_server" in " ".join(p.cmdline())]
         state_dir = Path(server[0].cwd())  # the server runs in its state directory
         assert state_dir.exists() and len(descendants) >= 3  # server, proxy, scheduler
+        written = yaml.safe_load((state_dir / SETTINGS_FILE).read_text())
+        assert (written["heartbeat_period"], written["heartbeat_timeout"]) == (1, 60)
         process.send_signal(sig)
         process.wait(60)
         text = output.rest()

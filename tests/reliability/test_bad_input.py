@@ -511,6 +511,9 @@ BAD_INPUTS: list[Case] = [
         issue=True),
     cli("cli-doctor-timeout-nan", ["doctor", "--timeout", "nan"], "--timeout"),
     cli("cli-gateway-dev-port", ["gateway", "dev", "--port", "99999"], "--port", issue=True),
+    cli("cli-gateway-dev-idle", ["gateway", "dev", "--idle-timeout", "soon"], "--idle-timeout"),
+    cli("cli-gateway-dev-heartbeat", ["gateway", "dev", "--heartbeat-period", "10",
+                                      "--heartbeat-timeout", "5"], "--heartbeat-timeout"),
     # ---- hybrid.yaml: the site's configuration (issue 13)
     in_yaml("yaml-dask-config-key", "hybrid.worker-dask-config", '{"x>PWNED": 1}',
             "hybrid.worker-dask-config", add_slurm, issue=True),
