@@ -82,6 +82,22 @@ if [[ ! -x $UTILBIN/sge_qmaster || ! -x $UTILBIN/sge_execd || ! -x $UTILBIN/qsub
             || fail "apt-get install ${packages[*]} failed" "$LOG/apt.log"
     fi
 fi
+# Grid Engine has no setting for the address it listens on: its daemons run with a bind()
+# shim (loopback_bind.c) that puts their listening sockets on 127.0.0.1, as every server of
+# the suite is. Built here (a C compiler is installed if there is none).
+SHIM="$STATE/loopback_bind.so"
+if [[ ! -f $SHIM || $HERE/loopback_bind.c -nt $SHIM ]]; then
+    mkdir -p "$STATE" "$LOG"
+    if ! command -v cc >/dev/null; then
+        log "installing gcc for the bind shim (log: $LOG/apt-gcc.log)"
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y \
+            --no-install-recommends gcc libc6-dev >"$LOG/apt-gcc.log" 2>&1 \
+            || fail "apt-get install gcc libc6-dev failed" "$LOG/apt-gcc.log"
+    fi
+    cc -shared -fPIC -O2 -Wall -o "$SHIM.tmp" "$HERE/loopback_bind.c" -ldl \
+        || fail "building the bind shim failed"
+    mv -f "$SHIM.tmp" "$SHIM"
+fi
 id "$ADMIN_USER" >/dev/null 2>&1 || fail "user $ADMIN_USER is missing (the gridengine-common \
 package creates it): reinstall gridengine-common"
 mark install
@@ -343,7 +359,7 @@ EOF
 
 FINGERPRINT=$(printf '%s\n' "$HOST_ALIASES" "$QMASTER_PORT" "$EXECD_PORT" "$BOOTSTRAP" \
     "$GLOBAL_CONF" "$SCHED_CONF" "$PE_CONF" "$GPU_COMPLEX" "$EXEC_HOST" "$PROJECT_CONF" \
-    "$QUEUE_CONF" | sha256sum | cut -d' ' -f1)
+    "$QUEUE_CONF" "$(sha256sum <"$SHIM")" | sha256sum | cut -d' ' -f1)
 
 write_env() {
     cat >"$STATE/env.sh" <<EOF
@@ -449,7 +465,7 @@ mark config
 
 # ---------------------------------------------------------------- sge_qmaster
 # It daemonizes; SGE_QMASTER_PIDFILE says where it records its pid.
-(cd / && SGE_QMASTER_PIDFILE="$RUN/qmaster.pid" "$UTILBIN/sge_qmaster") \
+(cd / && SGE_QMASTER_PIDFILE="$RUN/qmaster.pid" LD_PRELOAD="$SHIM" "$UTILBIN/sge_qmaster") \
     || fail "sge_qmaster did not start" "$SPOOL/qmaster/messages"
 wait_for "$TIMEOUT" recorded_pid "$RUN/qmaster.pid" sge_qmaster \
     || fail "sge_qmaster is not running (pid file $RUN/qmaster.pid)" "$SPOOL/qmaster/messages"
@@ -469,7 +485,7 @@ mark sge_qmaster
 mark "queue, PE, host"
 
 # ---------------------------------------------------------------- sge_execd
-(cd / && "$UTILBIN/sge_execd") || fail "sge_execd did not start"
+(cd / && LD_PRELOAD="$SHIM" "$UTILBIN/sge_execd") || fail "sge_execd did not start"
 wait_for "$TIMEOUT" execd_pidfile || fail "sge_execd wrote no pid file under $SPOOL/execd"
 ln -sf "$(execd_pidfile)" "$RUN/execd.pid"
 wait_for "$TIMEOUT" recorded_pid "$RUN/execd.pid" sge_execd \

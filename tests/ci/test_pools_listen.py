@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,19 @@ def test_the_ci_slurm_daemons_listen_on_loopback_only(slurm_cluster: Path) -> No
     for daemon in ("slurmctld", "slurmd"):
         pid = int((slurm_cluster / "run" / f"{daemon}.pid").read_text())
         assert _listening(pid) == {"127.0.0.1"}, daemon
+
+
+@pytest.mark.sge
+def test_the_ci_grid_engine_daemons_listen_on_loopback_only(sge_cell: Path) -> None:
+    """Grid Engine has no setting for the address it listens on: ci/sge/up.sh starts its
+    daemons with a bind shim (ci/sge/loopback_bind.c) that puts them on 127.0.0.1, and the
+    jobs they start do not carry the shim."""
+    for daemon in ("qmaster", "execd"):
+        pid = int((sge_cell / "run" / f"{daemon}.pid").read_text().split()[0])
+        listening = _listening(pid)
+        assert listening and listening <= {"127.0.0.1", "::1"}, (daemon, listening)
+    job = subprocess.run(["qsub", "-sync", "y", "-S", "/bin/sh", "-j", "y", "-o", "/dev/null",
+                          "-q", os.environ["HYBRID_CI_SGE_QUEUE"]],
+                         input='test -z "${LD_PRELOAD-}"\n', capture_output=True, text=True,
+                         timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr  # (qsub -sync y: the job's exit code)
