@@ -28,6 +28,7 @@ from hybrid.pools import PoolSpec
 from hybrid.worker import Connection, TLSFiles, worker_command
 from tests.admin.conftest import free_port, wait_for
 from tests.gateway.helpers import heartbeats
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = [pytest.mark.gateway, pytest.mark.timeout(150)]
 
@@ -112,7 +113,7 @@ def test_worker_joins_through_real_traefik_and_wrong_sni_is_refused(
             before = len(heartbeats(dev_gateway.log_text(), gateway_cluster.name))
             wait_for(lambda: len(heartbeats(dev_gateway.log_text(), gateway_cluster.name))
                      >= before + 3, 30, "three gateway heartbeats")
-            names = [w["name"] for w in client.scheduler_info()["workers"].values()]
+            names = [w["name"] for w in scheduler_workers(client).values()]
             assert names == ["through-traefik"], names
 
             # the wrong-SNI workers give up (death timeout) without ever registering
@@ -121,7 +122,7 @@ def test_worker_joins_through_real_traefik_and_wrong_sni_is_refused(
                 log = (tmp_path / f"bad-{list(bad_workers).index(sni)}.log").read_text()
                 assert code != 0, f"worker with SNI {sni} exited 0:\n{log}"
                 assert "Registered to" not in log, log
-            names = [w["name"] for w in client.scheduler_info()["workers"].values()]
+            names = [w["name"] for w in scheduler_workers(client).values()]
             assert names == ["through-traefik"], names
         finally:
             client.close()

@@ -23,6 +23,7 @@ from hybrid.manager.preference import Capacity, shares
 from hybrid.pools import PoolSpec
 from tests.batch._tasks import held_until, recorded_work, runs_per_key, square, started_held
 from tests.batch.test_real_pools import wait_for
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -169,7 +170,7 @@ def test_an_order_of_gpu_pools_spills_at_its_cap_and_cpu_tasks_keep_their_pool(
                 "gpu-a": 1, "gpu-b": 2, "cpu": 2}
             assert cluster.pool_status()["gpu-a"].fallback == "gpu-b"
             names = {addr: info["name"] for addr, info
-                     in client.scheduler_info()["workers"].items()}
+                     in scheduler_workers(client).items()}
             on = {}
             for addr, keys in client.processing().items():
                 for key in keys:

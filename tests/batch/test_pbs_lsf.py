@@ -39,6 +39,7 @@ from hybrid.errors import BatchError, ConfigurationError
 from hybrid.pools import PoolSpec
 from hybrid.worker import Connection, worker_command
 from tests.batch.system_pool import SystemPool
+from tests.scheduler_workers import worker_names
 
 DOUBLES = Path(__file__).resolve().parent / "doubles"
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -505,10 +506,6 @@ def scheduler() -> Iterator[distributed.Client]:
                                   scheduler_port=0, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         yield client
-
-
-def worker_names(client: distributed.Client) -> set[str]:
-    return {w["name"] for w in client.scheduler_info()["workers"].values()}
 
 
 @pytest.mark.timeout(150)

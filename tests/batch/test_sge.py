@@ -32,6 +32,7 @@ from hybrid.worker import Connection
 from tests.batch import test_real_pools
 from tests.batch._tasks import environment_value, pack, simulate, square
 from tests.batch.test_real_pools import slurm_jobs, wait_for
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,7 +103,7 @@ def test_n_workers_in_one_qsub_join_run_and_leave_exactly(
         values = client.run(environment_value, "HYBRID_T_VALUE")
         assert set(values.values()) == {secret}  # exact, and no command in it ran
         # -pe smp 2 and the memory per slot reached the workers
-        assert {w["nthreads"] for w in client.scheduler_info()["workers"].values()} == {2}
+        assert {w["nthreads"] for w in scheduler_workers(client).values()} == {2}
     assert not Path("/tmp/hybrid-pwned").exists()
     for path in staging.path.glob("*.pem"):
         assert path.stat().st_mode & 0o777 == 0o600

@@ -27,6 +27,7 @@ from hybrid.errors import ConfigurationError, PoolFailed
 from hybrid.resources import QueueWorkerResources
 from tests.batch._tasks import environment_value
 from tests.foundation.conftest import clean_environment
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,7 +47,7 @@ def test_1_client_wait_for_workers_takes_distributeds_arguments(quick) -> None:
         cluster.scale(2)
         with cluster.get_client() as client:
             client.wait_for_workers(2, 30)  # n, timeout: as distributed's Client has it
-            assert len(client.scheduler_info()["workers"]) == 2
+            assert len(scheduler_workers(client)) == 2
         with pytest.raises(ConfigurationError, match="n_workers"):
             cluster.wait_for_workers(0, 5)
 

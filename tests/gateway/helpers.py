@@ -111,11 +111,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.2
         time.sleep(interval)
 
 
-def worker_names(client: Any) -> set[str]:
-    """Names of the workers the scheduler has now."""
-    return {w["name"] for w in client.scheduler_info()["workers"].values()}
-
-
 _HEARTBEAT = re.compile(r"Cluster (?P<name>[0-9a-f]+) heartbeat \[count: (?P<count>\d+), "
                         r"n_active: (?P<active>\d+)")
 

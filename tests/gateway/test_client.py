@@ -40,7 +40,8 @@ from tests.gateway._client_tasks import (
     square,
     square_and_worker,
 )
-from tests.gateway.helpers import heartbeats, wait_for, worker_names
+from tests.gateway.helpers import heartbeats, wait_for
+from tests.scheduler_workers import worker_names
 
 pytestmark = [
     pytest.mark.gateway,

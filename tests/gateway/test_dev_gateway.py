@@ -26,9 +26,9 @@ from tests.gateway.helpers import (
     heartbeats,
     scheduler_log,
     wait_for,
-    worker_names,
     write_tls_files,
 )
+from tests.scheduler_workers import scheduler_workers, worker_names
 
 pytestmark = [
     pytest.mark.gateway,
@@ -134,8 +134,8 @@ def test_worker_options_size_the_gateways_workers(gateway):
     assert client.get_metadata(LIMITS_METADATA_KEY) == {
         "max_workers": None, "max_cores": None, "max_memory": None}
     cluster.scale(1)
-    wait_for(lambda: client.scheduler_info()["workers"], timeout=60, message="a worker")
-    (worker,) = client.scheduler_info()["workers"].values()
+    wait_for(lambda: scheduler_workers(client), timeout=60, message="a worker")
+    (worker,) = scheduler_workers(client).values()
     assert (worker["nthreads"], worker["memory_limit"]) == (2, 2**29)
     client.close()
     cluster.shutdown()

@@ -24,6 +24,7 @@ from hybrid.cli import cli
 from hybrid.errors import ConfigurationError
 from hybrid.gateway_server.dev import SETTINGS_FILE, DevGatewayError, start_dev_gateway
 from tests.gateway.helpers import wait_for
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = [
     pytest.mark.gateway,
@@ -46,7 +47,7 @@ def test_state_dir_is_kept_password_reused_and_processes_ended(tmp_path):
         cluster = gateway.new_cluster(shutdown_on_close=False)
         cluster.scale(1)  # one of the gateway's own workers, left running too
         client = cluster.get_client()
-        wait_for(lambda: client.scheduler_info()["workers"], timeout=60,
+        wait_for(lambda: scheduler_workers(client), timeout=60,
                  message="the gateway's worker")
         client.close()
         cluster.close()

@@ -24,6 +24,7 @@ from hybrid.units import unit
 from tests.kubernetes import _tasks
 from tests.kubernetes.conftest import MISSING_IMAGE, cpu_resources, gpu_resources
 from tests.kubernetes.test_k8s_pods import nothing_left, wait_until
+from tests.scheduler_workers import scheduler_workers
 
 LICENSE_TEXT = "OpenEye license for the tests\n#LICENSE-123\n"
 #: A volume for backends that need no shared one (the backends refuse none, as
@@ -116,7 +117,7 @@ def test_gpu_and_cpu_groups_scale_on_their_own(kube) -> None:
         wait_until(lambda: backend.pods() == {"gpu": backend.pods()["gpu"], "cpu": []}
                    and len(backend.pods()["gpu"]) == 1, 60, "both groups at their minimum")
         # The cluster still follows its workers after the other client came and went.
-        live = [w["name"] for w in backend.client.scheduler_info()["workers"].values()]
+        live = [w["name"] for w in scheduler_workers(backend.client).values()]
         wait_until(lambda: sorted(backend.cluster.connected_workers()) == sorted(live), 10,
                    "the cluster's view of its workers")
         assert len(live) == 1 and live[0].startswith("evaluator-gpu-")

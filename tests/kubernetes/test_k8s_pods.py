@@ -34,6 +34,7 @@ from tests.kubernetes.conftest import (
     worker_job,
 )
 from tests.kubernetes.kube_api_double import KubeAPIServerDouble
+from tests.scheduler_workers import scheduler_workers
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
@@ -73,7 +74,7 @@ def test_gpu_and_cpu_pools_run_real_workers_on_their_own_nodes(kube, scheduler, 
         assert len(gpu_ids) == 1 and len(cpu_ids) == 2
         client.wait_for_workers(3, timeout=60)
         by_pod = {}
-        for info in client.scheduler_info()["workers"].values():
+        for info in scheduler_workers(client).values():
             name = pod_of(gpu_job, info["name"]) or pod_of(cpu_job, info["name"])
             assert name is not None, info["name"]
             by_pod[name] = info
@@ -101,9 +102,9 @@ def test_gpu_and_cpu_pools_run_real_workers_on_their_own_nodes(kube, scheduler, 
         # Removing one pod removes exactly that worker; the pod is "removing" meanwhile.
         system.remove([cpu_ids[0]])
         assert all(s.state is JobState.removing for s in system.query(job_ids=[cpu_ids[0]]))
-        wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 30, "the worker to go")
+        wait_until(lambda: len(scheduler_workers(client)) == 2, 30, "the worker to go")
         left = {pod_of(cpu_job, i["name"]) or pod_of(gpu_job, i["name"])
-                for i in client.scheduler_info()["workers"].values()}
+                for i in scheduler_workers(client).values()}
         assert left == {gpu_ids[0], cpu_ids[1]}
     finally:
         system.cluster_closed("k8s-test")

@@ -19,6 +19,7 @@ import pytest
 from hybrid import HybridCluster
 from hybrid.errors import WorkersDidNotArrive
 from tests.gateway.helpers import wait_for
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -99,7 +100,7 @@ def test_the_dev_gateways_own_workers_listen_on_loopback(lifecycle_gateway) -> N
         cluster.scale(1)
         with cluster.get_client() as client:
             client.wait_for_workers(1, 60)
-            [name] = [w["name"] for w in client.scheduler_info()["workers"].values()]
+            [name] = [w["name"] for w in scheduler_workers(client).values()]
 
         def worker() -> list[psutil.Process]:
             found = []

@@ -35,6 +35,7 @@ from hybrid.errors import BatchError, PoolFailed, WorkersDidNotArrive
 from hybrid.manager import PoolManager
 from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
 from tests.batch.test_sge import sge_jobs
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -214,7 +215,7 @@ def test_half_the_workers_removed_mid_computation_rerun_and_refill(
             futures = client.map(slow_square, range(40), pure=False)
             wait_for(lambda: sum(f.done() for f in futures) >= 4, 60, "the first results")
             victims = first[:2]
-            names = {a: str(w["name"]) for a, w in client.scheduler_info()["workers"].items()}
+            names = {a: str(w["name"]) for a, w in scheduler_workers(client).items()}
             victim_workers = {n for n in names.values() if pool.job_id_of_worker(n) in victims}
             busy = {names[a] for a, keys in client.processing().items() if keys}
             assert victim_workers and victim_workers <= busy  # they had tasks when removed

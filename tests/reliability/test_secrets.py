@@ -50,10 +50,10 @@ from tests.gateway.helpers import (
     TEST_GATEWAY_SETTINGS,
     ExternalWorkers,
     wait_for,
-    worker_names,
     write_tls_files,
 )
 from tests.reliability._real import real_jobs
+from tests.scheduler_workers import worker_names
 
 pytestmark = [
     pytest.mark.gateway,
