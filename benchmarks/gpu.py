@@ -192,7 +192,7 @@ class Bench:
     def slots(self, pool: str) -> float:
         """GPU task slots of the connected workers of ``pool``."""
         prefix = f"{self.cluster.name}-{pool}-"
-        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        workers = self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"].values()
         return sum(w.get("resources", {}).get("GPU", 0) for w in workers
                    if str(w.get("name", "")).startswith(prefix))
 

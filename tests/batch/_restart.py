@@ -15,13 +15,14 @@ from typing import Any
 from hybrid import HybridCluster
 from tests.batch._tasks import square
 from tests.batch.test_real_pools import wait_for
+from tests.scheduler_workers import scheduler_workers
 
 #: Seconds a pool may take to replace its jobs (HTCondor waits for a negotiation cycle).
 REFILL = 180
 
 
 def worker_addresses(client: Any) -> set[str]:
-    return set(client.scheduler_info(n_workers=-1)["workers"])
+    return set(scheduler_workers(client))
 
 
 def worker_processes(client: Any) -> set[int]:
@@ -61,7 +62,7 @@ def check_restarts(cluster: HybridCluster, pool: str, nanny: bool, n: int = 2) -
 
         jobs = active_jobs(cluster, pool)
         name = sorted(cluster.connected_workers(pool))[0]
-        address = next(a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()
+        address = next(a for a, w in scheduler_workers(client).items()
                        if w["name"] == name)
         pid = client.run(os.getpid, workers=[address])[address]
         answer = client.restart_workers([name], timeout=REFILL)

@@ -27,6 +27,7 @@ from hybrid.kubernetes.pods import KubernetesPods
 from hybrid.pools import PoolSpec
 from hybrid.worker import Connection, TLSFiles, worker_commands
 from tests.batch.test_real_pools import wait_for
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -270,7 +271,7 @@ def test_a_local_gpu_job_shares_its_gpu_under_its_own_mps_daemon(staging, tmp_pa
         cluster.wait_for_workers(1, timeout=120, progress=False)
         with cluster.get_client() as client:
             runs = client.gather(client.map(window, range(16), sleep=1.0, pure=False))
-            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+            workers = scheduler_workers(client).values()
         (worker,) = workers
         assert worker["resources"] == {"GPU": MPS_TASKS_PER_GPU, "notGPU": 0}
         assert most_at_once(runs) == MPS_TASKS_PER_GPU
@@ -296,7 +297,7 @@ def test_without_mps_a_local_gpu_job_runs_one_task_at_a_time(staging, tmp_path,
         with cluster.get_client() as client:
             assert client.annotator.fraction == 0.5
             runs = client.gather(client.map(window, range(4), sleep=0.5, pure=False))
-            (worker,) = client.scheduler_info(n_workers=-1)["workers"].values()
+            (worker,) = scheduler_workers(client).values()
         assert worker["resources"] == {"GPU": 1, "notGPU": 0} and worker["nthreads"] == 1
         assert most_at_once(runs) == 1
         assert {r["pipe"] for r in runs} == {None}
@@ -347,7 +348,7 @@ def test_an_htcondor_gpu_job_shares_its_fake_gpu_under_its_own_mps_daemon(
         cluster.wait_for_workers(1, timeout=150, progress=False)
         with cluster.get_client() as client:
             runs = client.gather(client.map(window, range(8), sleep=1.0, pure=False))
-            (worker,) = client.scheduler_info(n_workers=-1)["workers"].values()
+            (worker,) = scheduler_workers(client).values()
         assert worker["resources"] == {"GPU": MPS_TASKS_PER_GPU, "notGPU": 0}
         assert most_at_once(runs) == MPS_TASKS_PER_GPU
         (pipe,) = {r["pipe"] for r in runs}

@@ -123,6 +123,9 @@ def test_local_pool_target_scaling_and_errors(staging) -> None:
         cluster.scale(1, pool="b")
         # processes=2: one job starts two workers of one thread and 512 MiB each
         wait_for(lambda: len(cluster.connected_workers("b")) == 2, 60, "two workers of one job")
+        # (the cluster's own view follows the scheduler's messages: it may lag a moment)
+        wait_for(lambda: len(cluster.scheduler_info["workers"]) == 2, 30,
+                 "the cluster's view of both workers")
         workers = cluster.scheduler_info["workers"].values()
         assert sorted(w["nthreads"] for w in workers) == [1, 1]
         assert {w["memory_limit"] for w in workers} == {512 * 2**20}

@@ -39,6 +39,7 @@ from tests.foundation._tasks import (
     simulate,
     undecorated_gpu_work,
 )
+from tests.scheduler_workers import scheduler_workers
 
 GPU_WORKERS = {"gpu-0", "gpu-1"}
 CPU_WORKERS = {"cpu-0", "cpu-1"}
@@ -95,7 +96,7 @@ def _restrictions(client: Client, keys: list) -> list:
 
 def _who_has(client: Client, keys: list) -> dict[str, set[str]]:
     """Key -> names of the workers holding its result."""
-    names = {a: w["name"] for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+    names = {a: w["name"] for a, w in scheduler_workers(client).items()}
     return {k: {names[a] for a in addresses} for k, addresses in client.who_has(keys).items()}
 
 
@@ -191,7 +192,7 @@ def test_annotator_settings_come_from_config_unless_given():
 
 
 def test_workers_advertise_gpu_or_not_gpu(hybrid_local):
-    workers = hybrid_local.client.scheduler_info(n_workers=-1)["workers"].values()
+    workers = scheduler_workers(hybrid_local.client).values()
     advertised = {w["name"]: w["resources"] for w in workers}
     assert advertised == {
         "gpu-0": {"GPU": 1, "notGPU": 0},

@@ -16,6 +16,7 @@ from hybrid.backends.local import detect_gpus
 from hybrid.errors import ConfigurationError, HybridError
 from hybrid.resources import ComputeResources, QueueWorkerResources
 from tests.foundation._tasks import add, pickle_by_value, simulate, worker_environment
+from tests.scheduler_workers import scheduler_workers
 
 pickle_by_value()
 
@@ -30,7 +31,7 @@ def _worker_pids(backend: DaskLocalCluster) -> dict[str, int]:
 
 
 def _by_name(backend: DaskLocalCluster, per_address: dict) -> dict:
-    info = backend.client.scheduler_info(n_workers=-1)["workers"]
+    info = scheduler_workers(backend.client)
     return {info[address]["name"]: value for address, value in per_address.items()}
 
 
@@ -107,7 +108,7 @@ def test_gpu_pool_without_devices_still_advertises_gpu(monkeypatch):
         client = backend.client
         client.wait_for_workers(1, timeout=60)
         resources = {w["name"]: w["resources"]
-                     for w in client.scheduler_info(n_workers=-1)["workers"].values()}
+                     for w in scheduler_workers(client).values()}
         assert resources == {"gpu-0": {"GPU": 1, "notGPU": 1}}
         seen = _by_name(backend, client.run(worker_environment, "CUDA_VISIBLE_DEVICES"))
         assert seen == {"gpu-0": ""}

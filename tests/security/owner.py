@@ -13,6 +13,8 @@ import operator
 import os
 import sys
 
+from tests.scheduler_workers import scheduler_workers
+
 
 def main(address: str, attach: bool) -> dict:
     from hybrid import HybridClient, HybridCluster
@@ -26,7 +28,7 @@ def main(address: str, attach: bool) -> dict:
         try:
             with cluster.get_client() as client:
                 out["attached_task"] = client.submit(operator.mul, 6, 7).result(timeout=60)
-                workers = client.scheduler_info(n_workers=-1)["workers"].values()
+                workers = scheduler_workers(client).values()
                 out["workers"] = sorted(str(w["name"]) for w in workers)
             out["dashboard_link"] = cluster.dashboard_link
         finally:

@@ -40,6 +40,7 @@ from hybrid.security import (
     warn_if_open,
 )
 from tests.batch.doubles import batch_double
+from tests.scheduler_workers import scheduler_workers
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -140,7 +141,7 @@ def test_hybrid_cluster_with_defaults_refuses_outsiders(staging, credentials_dir
         assert len(submitted) == 1
         with cluster.get_client() as client:
             deadline = time.monotonic() + 120
-            while len(client.scheduler_info(n_workers=-1)["workers"]) < 2:
+            while len(scheduler_workers(client)) < 2:
                 logs = {p.name: p.read_text()[-2000:] for p in staging.rglob("*.log")}
                 assert time.monotonic() < deadline, f"the submitted worker did not join: {logs}"
                 time.sleep(0.2)
