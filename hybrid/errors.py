@@ -84,7 +84,7 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
     import warnings
 
     internal = ("hybrid", "dask_gateway", "distributed", "dask", "tornado", "asyncio",
-                "concurrent", "threading", "contextlib", "importlib")
+                "concurrent", "threading", "contextlib", "importlib", "click")
     frame = sys._getframe(1)
     level = 2  # 1 would be this function, 2 its caller
     while frame is not None:

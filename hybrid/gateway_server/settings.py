@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from hybrid.errors import ConfigurationError
+from hybrid.errors import ConfigurationError, warn_user
 from hybrid.fields import (
     AbsolutePath,
     Environment,
@@ -111,6 +111,13 @@ HttpUrl = Annotated[str, BeforeValidator(_http_url)]
 DatabaseUrl = Annotated[str, BeforeValidator(_database_url)]
 Cores = Annotated[float, BeforeValidator(_positive_cores)]
 Images = Annotated[tuple[ImageReference, ...], BeforeValidator(strings(True, "image references"))]
+
+
+#: dask-gateway's heartbeat period (seconds) where none is set.
+DEFAULT_HEARTBEAT_PERIOD = 15
+#: Heartbeats a scheduler may miss before dask-gateway stops its cluster, where no
+#: ``heartbeat_timeout`` is set (its default timeout: twice the period).
+GATEWAY_MISSED_HEARTBEATS = 2
 
 
 class GatewaySettings(BaseModel):
@@ -250,8 +257,9 @@ class GatewaySettings(BaseModel):
                                  "remove it.", field=name, value=getattr(self, name))
             return
         if self.heartbeat_timeout is not None and self.heartbeat_timeout <= (
-                self.heartbeat_period or 15):
-            raise reject("a duration longer than heartbeat_period (default 15 s)",
+                self.heartbeat_period or DEFAULT_HEARTBEAT_PERIOD):
+            raise reject(f"a duration longer than heartbeat_period (default "
+                         f"{DEFAULT_HEARTBEAT_PERIOD} s)",
                          field="heartbeat_timeout", value=self.heartbeat_timeout)
         in_memory = self.db_url in (None, "sqlite://", "sqlite:///:memory:")
         if not in_memory and self.db_key_file is None:
@@ -297,12 +305,32 @@ def parse_settings(data: Any, *, source: str | None = None,
                                  "a YAML mapping of setting names to values",
                                  "Write one `key: value` per line.")
     try:
-        return validate(GatewaySettings, data, labels=labels)
+        settings = validate(GatewaySettings, data, labels=labels)
     except ConfigurationError as error:
         if source is None:
             raise
         fix = f"{error.fix + ' ' if error.fix else ''}Fix `{error.field}` in {source}."
         raise ConfigurationError(error.field, error.value, error.accepted, fix) from None
+    _warn_if_heartbeats_time_out_soon(settings, source, labels or {})
+    return settings
+
+
+def _warn_if_heartbeats_time_out_soon(settings: GatewaySettings, source: str | None,
+                                      labels: Mapping[str, str]) -> None:
+    """A short ``heartbeat_period`` without ``heartbeat_timeout`` gets dask-gateway's own
+    timeout, two periods: a scheduler a busy machine holds up that long loses its cluster."""
+    period = settings.heartbeat_period
+    if period is None or settings.heartbeat_timeout is not None or (
+            period >= DEFAULT_HEARTBEAT_PERIOD):
+        return
+    period_name = labels.get("heartbeat_period", "heartbeat_period")
+    timeout_name = labels.get("heartbeat_timeout", "heartbeat_timeout")
+    where = f" in {source}" if source else ""
+    warn_user(f"{period_name}: {period} s and no {timeout_name}{where}: dask-gateway then "
+              f"stops a cluster whose scheduler sent no heartbeat for "
+              f"{GATEWAY_MISSED_HEARTBEATS * period} s ({GATEWAY_MISSED_HEARTBEATS} periods), "
+              "so a scheduler that a busy machine holds up that long loses its cluster and "
+              f"its workers. Set {timeout_name} (e.g. \"1 minute\") to give it longer.")
 
 
 def _read_yaml(text: str, source: str) -> Any:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import dask_gateway_server
@@ -347,3 +348,26 @@ def test_a_bad_settings_file_stops_the_real_server_with_the_key_and_the_fix(tmp_
     assert result.returncode != 0
     assert "idle_timeout = 'soon' is not valid" in result.stdout + result.stderr
     assert f"Fix `idle_timeout` in {settings_path}." in result.stdout + result.stderr
+
+
+def test_a_short_heartbeat_period_without_a_timeout_warns_with_dask_gateways_own_timeout():
+    """dask-gateway stops a cluster whose scheduler missed two heartbeats: with a period of
+    1 s and no timeout, a scheduler a busy machine holds up 2 s loses its cluster (what the
+    test gateways met in CI). The settings say so, with the timeout the server will use."""
+    with pytest.warns(UserWarning, match="heartbeat_timeout") as record:
+        settings = parse_settings({"backend": "unsafe-local", "heartbeat_period": 1},
+                                  source="/etc/dask-gateway/hybrid-gateway.yaml")
+    (warning,) = record
+    config = Config()
+    configure(config, settings, environ={})
+    backend = HybridUnsafeLocalBackend(config=config)
+    assert backend.cluster_heartbeat_timeout == 2  # dask-gateway's own: two periods
+    message = str(warning.message)
+    assert "heartbeat_period: 1 s" in message and "2 s" in message
+    assert "/etc/dask-gateway/hybrid-gateway.yaml" in message
+    # a timeout given, or the period left at dask-gateway's default: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse_settings({"heartbeat_period": 1, "heartbeat_timeout": "1 minute"})
+        parse_settings({"heartbeat_period": 15})
+        parse_settings({})
