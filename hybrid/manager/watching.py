@@ -92,9 +92,9 @@ class JobWatch:
     def _note_together(self, pool: ManagedPool, job_ids: list[str],
                        statuses: Mapping[str, JobStatus], now: float) -> list[str]:
         """Note together what :meth:`_observe` would note one by one for the jobs that
-        still wait with only a new reason and the jobs that start for the first time
-        (hundreds at once when a queue fills or drains); the others of ``job_ids`` are
-        returned, in order, for a look each."""
+        still wait and did not run since the last look (a new reason, a first start count)
+        and the jobs that start for the first time (hundreds at once when a queue fills or
+        drains); the others of ``job_ids`` are returned, in order, for a look each."""
         jobs, started, starts = pool.jobs, pool._started, pool._starts
         pending, running = JobState.pending, JobState.running
         waiting: list[JobStatus] = []
@@ -106,14 +106,17 @@ class JobWatch:
                 rest.append(job_id)
             elif new.state is running and (old.state is not running or new != old):
                 starting.append(new)
-            elif (new.state is pending and old.state is pending
-                  and new.reason != old.reason and new.evicted == old.evicted
-                  and (new.starts is None or starts.get(job_id) == new.starts)):
+            elif (new.state is pending and old.state is pending and new != old
+                  and new.evicted == old.evicted
+                  # (not run since the last look: a start count that did not grow)
+                  and (new.starts is None or starts.get(job_id) is None
+                       or new.starts <= starts[job_id])):
                 waiting.append(new)
             else:
                 rest.append(job_id)
         if waiting:
             ids = [s.job_id for s in waiting]
+            starts.update((s.job_id, s.starts) for s in waiting if s.starts is not None)
             pool._first_pending.update(dict.fromkeys(
                 filterfalse(pool._first_pending.__contains__, ids), now))
         if starting:  # their first start: how long the queue made them wait
