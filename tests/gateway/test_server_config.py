@@ -33,7 +33,9 @@ from hybrid.gateway_server.backend import (
 )
 from hybrid.gateway_server.scheduler import CLIENT_TIMEOUT_ENV, LIMITS_ENV, MAX_LIFETIME_ENV
 from hybrid.gateway_server.settings import (
+    DEFAULT_HEARTBEAT_PERIOD,
     DEFAULT_SCHEDULER_IMAGE,
+    GATEWAY_MISSED_HEARTBEATS,
     SETTINGS_ENV,
     SETTINGS_FILE,
     SETTINGS_TEXT_ENV,
@@ -365,6 +367,13 @@ def test_a_short_heartbeat_period_without_a_timeout_warns_with_dask_gateways_own
     message = str(warning.message)
     assert "heartbeat_period: 1 s" in message and "2 s" in message
     assert "/etc/dask-gateway/hybrid-gateway.yaml" in message
+    # the two numbers the warning relies on are dask-gateway's own (hybrid does not
+    # import dask-gateway-server to read them: it is an optional dependency)
+    config = Config()
+    configure(config, parse_settings({"backend": "unsafe-local"}), environ={})
+    stock = HybridUnsafeLocalBackend(config=config)
+    assert (stock.cluster_heartbeat_period, stock.cluster_heartbeat_timeout) == (
+        DEFAULT_HEARTBEAT_PERIOD, GATEWAY_MISSED_HEARTBEATS * DEFAULT_HEARTBEAT_PERIOD)
     # a timeout given, or the period left at dask-gateway's default: nothing to say
     with warnings.catch_warnings():
         warnings.simplefilter("error")
