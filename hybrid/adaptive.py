@@ -64,7 +64,8 @@ class PoolAdaptive(AdaptiveCore):
         self.steps = 0
         self._connected: set[str] = set()
         self._plan: set[str] | None = None
-        self._step_workers: tuple[dict, dict[str, list[str]]] | None = None
+        self._step_workers: tuple[dict, dict[str, tuple[str, ...]]] | None = None
+        self._step_names: list[Any] | None = None  # (the names of the step's workers)
         self._callback: PeriodicCallback | None = None
 
     # ------------------------------------------------------------------ AdaptiveCore
@@ -111,10 +112,14 @@ class PoolAdaptive(AdaptiveCore):
         if target >= len(plan):
             return await super().recommendations(target)
         surplus = len(plan) - target
-        to_close = self.pool.least_needed(plan - self.observed, surplus)
+        without_worker = plan - self.observed
+        # all of them go (most scale-downs of a large pool): their order changes nothing
+        to_close = (list(without_worker) if surplus >= len(without_worker)
+                    else self.pool.least_needed(without_worker, surplus))
         if surplus > len(to_close):
+            chosen = set(to_close)
             to_close += [j for j in await self.workers_to_close(target)
-                         if j not in to_close][:surplus - len(to_close)]
+                         if j not in chosen][:surplus - len(to_close)]
         firmly_close = set()
         for job_id in to_close:
             self.close_counts[job_id] += 1
@@ -153,7 +158,8 @@ class PoolAdaptive(AdaptiveCore):
             chosen.append(job_id)
         return chosen
 
-    async def _workers(self) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    async def _workers(self
+                       ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[str, ...]]]:
         """The scheduler's workers and this pool's (job id -> addresses), as the step
         found them (a call outside a step asks now)."""
         if self._step_workers is not None:
@@ -176,8 +182,10 @@ class PoolAdaptive(AdaptiveCore):
         chosen = sorted(j for j in workers if j in self.pool.jobs)
         live = await self.manager.live_workers()  # (a worker may have joined since the step)
         step = self._step_workers
-        connected = (step[1] if step is not None and same_workers(live, step[0])
-                     else await self.manager.pool_workers(self.pool, live))
+        if step is not None and same_workers(live, step[0], self._step_names):
+            connected = step[1]
+        else:
+            connected = await self.manager.pool_workers(self.pool, live)
         await self.manager.remove(self.pool, [j for j in chosen if j not in connected])
         addresses = [a for j in chosen if j in connected for a in connected[j]]
         if addresses:
@@ -197,7 +205,10 @@ class PoolAdaptive(AdaptiveCore):
         try:
             await self.manager.refresh(self.pool)
             self._plan = None
-            self._step_workers = await self._workers()  # asked once per step
+            live = await self.manager.live_workers()  # asked once per step
+            self._step_names = worker_names(live)
+            self._step_workers = (live, await self.manager.pool_workers(
+                self.pool, live, self._step_names))
             self._connected = set(self._step_workers[1])
             await super().adapt()
             self._plan = None
@@ -209,7 +220,7 @@ class PoolAdaptive(AdaptiveCore):
             self.errors.append(str(error))
             logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
         finally:
-            self._step_workers = None
+            self._step_workers = self._step_names = None
         if self.pool.failed:
             self.stop()
 
@@ -231,11 +242,14 @@ class PoolAdaptive(AdaptiveCore):
 
 
 def same_workers(now: Mapping[str, Mapping[str, Any]],
-                 then: Mapping[str, Mapping[str, Any]]) -> bool:
+                 then: Mapping[str, Mapping[str, Any]],
+                 then_names: list[Any] | None = None) -> bool:
     """Whether two answers of the scheduler list the same workers: the same addresses
-    with the same names, in the same order (passes in C, not in Python)."""
+    with the same names, in the same order (passes in C, not in Python; ``then_names``:
+    the names of ``then``, where they are known)."""
     return (len(now) == len(then) and list(now) == list(then)
-            and worker_names(now) == worker_names(then))
+            and worker_names(now) == (worker_names(then) if then_names is None
+                                      else then_names))
 
 
 def adaptive_class(value: Any, field: str) -> type[PoolAdaptive]:

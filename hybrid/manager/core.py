@@ -222,11 +222,13 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         pool.remove_calls += 1
         pool._removed.update(ids)
         await self.call(pool.system.remove, ids)
-        for job_id in ids:
-            old = pool.jobs.get(job_id)
-            if old is not None and old.state is not JobState.removing:
-                pool.jobs[job_id] = JobStatus(job_id, JobState.removing, "removed by hybrid",
-                                              old.cluster, old.pool, old.scheduler)
+        removing = JobState.removing
+        olds = [old for old in map(pool.jobs.get, ids)
+                if old is not None and old.state is not removing]
+        if olds:  # (together: a scale-down of a large pool removes hundreds)
+            pool.jobs.update({old.job_id: JobStatus(
+                old.job_id, removing, "removed by hybrid", old.cluster, old.pool,
+                old.scheduler) for old in olds})
 
     async def refresh(self, pool: ManagedPool) -> None:
         """Reconcile the tracked jobs with the batch system; ended jobs leave tracking."""
@@ -351,11 +353,12 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         return dict((await self.scheduler.identity()).get("workers", {}))
 
     async def pool_workers(self, pool: ManagedPool,
-                           live: Mapping[str, Mapping[str, Any]] | None = None
-                           ) -> dict[str, list[str]]:
-        """Job id -> addresses of its connected workers."""
+                           live: Mapping[str, Mapping[str, Any]] | None = None,
+                           names: list[Any] | None = None) -> dict[str, tuple[str, ...]]:
+        """Job id -> addresses of its connected workers (``names``: those of ``live``'s
+        workers, where the caller has them)."""
         live = await self.live_workers() if live is None else live
-        out = pool.workers_by_job(live)
+        out = pool.workers_by_job(live, names)
         await self._note_connected(pool, out)
         return out
 

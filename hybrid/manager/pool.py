@@ -9,7 +9,6 @@ batch system anything.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
@@ -397,9 +396,8 @@ class ManagedPool:
         keys = list(zip(map(_REMOVAL_RANK.get, map(_state, statuses), repeat(2)),
                         map(neg, map(self._submitted.get, ids, repeat(0.0))), ids,
                         strict=True))
-        if count is not None and count < len(ids):
-            return [key[2] for key in heapq.nsmallest(max(0, count), keys)]
-        return [key[2] for key in sorted(keys)]
+        keys.sort()  # (in C: heapq.nsmallest's Python loop costs more for a large pool)
+        return [key[2] for key in (keys if count is None else keys[:max(0, count)])]
 
     def stale_pending(self, now: float, after: float) -> int:
         """How many pending jobs were submitted (else first seen pending) ``after``
@@ -456,19 +454,22 @@ class ManagedPool:
                 job_ids[unseen] = self.job_id_of_worker(name)
         return job_ids
 
-    def workers_by_job(self, live: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    def workers_by_job(self, live: Mapping[str, Mapping[str, Any]],
+                       names: list[Any] | None = None) -> dict[str, tuple[str, ...]]:
         """Job id -> addresses of this pool's workers among ``live`` (address -> the
-        scheduler's identity of the worker), found by name in C passes (a large pool's
-        adaptive step asks for them over a thousand workers)."""
+        scheduler's identity of the worker; ``names``: its :func:`worker_names`, where the
+        caller has them), found by name in C passes (a large pool's adaptive step asks for
+        them over a thousand workers); tuples, which no caller can change under another."""
         addresses = list(live)
-        job_ids = self.jobs_of_workers(worker_names(live))
+        job_ids = self.jobs_of_workers(worker_names(live) if names is None else names)
         ours = list(compress(job_ids, job_ids))
         where = list(compress(addresses, job_ids))
-        out = dict(zip(ours, map(list, zip(where)), strict=True))
+        out = dict(zip(ours, zip(where), strict=True))
         if len(out) < len(ours):  # a job with several workers (--nworkers, or a restart)
-            out = {}
+            several: dict[str, list[str]] = {}
             for job_id, address in zip(ours, where, strict=True):
-                out.setdefault(job_id, []).append(address)
+                several.setdefault(job_id, []).append(address)
+            out = {job_id: tuple(found) for job_id, found in several.items()}
         return out
 
     def track(self, statuses: Iterable[JobStatus]) -> None:

@@ -428,12 +428,12 @@ def test_a_pools_workers_follow_the_scheduler_as_workers_come_go_and_reuse_addre
             j: sorted(a) for j, a in expected.items()}, step
         changed += found != previous  # (the answer did change: the test sees something)
         previous = {j: list(a) for j, a in found.items()}
-        for addresses in found.values():
-            addresses.append("the caller's own copy")  # does not reach the pool
+        assert all(type(addresses) is tuple for addresses in found.values())  # unchangeable
+        found.clear()  # the caller's own dict: does not reach the pool
         assert {j: sorted(a) for j, a in pool.workers_by_job(live).items()} == {
             j: sorted(a) for j, a in expected.items()}
     assert changed > 100
-    assert any(j in found for j in jobs[8:])  # the late-tracked jobs were found
+    assert any(j in previous for j in jobs[8:])  # the late-tracked jobs were found
 
 
 def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
@@ -476,6 +476,8 @@ def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
 
     assert pool.least_needed(asked) == sorted(asked, key=removal_key)
     assert pool.least_needed(asked, 7) == sorted(asked, key=removal_key)[:7]
+    assert pool.least_needed(asked, 0) == []
+    assert pool.least_needed(asked, 500) == sorted(asked, key=removal_key)
 
     stale = pool.state_counts.get(JobState.held, 0) + sum(
         70.0 - pool._submitted.get(j, first) >= 30.0
@@ -493,7 +495,7 @@ def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
         job_id = pool.job_id_of_worker(name) if isinstance(name, str) else None
         if job_id:
             expected.setdefault(job_id, []).append(address)
-    assert pool.workers_by_job(live) == expected
+    assert pool.workers_by_job(live) == {j: tuple(a) for j, a in expected.items()}
     assert any(len(addresses) > 1 for addresses in expected.values())
 
     assert same_workers(dict(live), live)
@@ -503,6 +505,13 @@ def test_the_steps_passes_in_c_answer_what_plain_loops_would() -> None:
     assert not same_workers(moved, live)
     assert not same_workers(dict(list(live.items())[1:]), live)
     assert not same_workers(dict(reversed(live.items())), live)  # (order: looked again)
+    # with the names the step kept for its answer: the same verdicts
+    from hybrid.manager.pool import worker_names
+
+    assert same_workers(dict(live), live, worker_names(live))
+    assert not same_workers(moved, live, worker_names(live))
+    assert not same_workers(dict(list(live.items())[1:]), live, worker_names(live))
+    assert pool.workers_by_job(live, worker_names(live)) == pool.workers_by_job(live)
 
 
 def test_waiting_jobs_that_get_their_first_start_count_are_noted_together() -> None:
