@@ -5,12 +5,13 @@ a :class:`~hybrid.pools.PoolSpec`, its batch system and its tracked jobs) and do
 everything between the Dask scheduler and the batch systems: target scaling (only the
 missing jobs go out, in one transaction), graceful retirement, reconciling job states,
 refilling a pool that lost jobs, reporting stuck jobs with the batch system's reason, giving
-up on a pool whose jobs keep failing (its waiting tasks then fail with the reason), the
-demand probe, waiting for workers (:mod:`hybrid.manager.waiting`) and closing with every job
-confirmed gone (:mod:`hybrid.manager.closing`). :class:`hybrid.HybridCluster` and the
-gateway's cluster are facades over one; neither does any of this itself. Adaptivity
-(:mod:`hybrid.adaptive`) sits above: it is given a manager and a pool, and the manager only
-knows a pool's ``adaptive`` object as something it can ``stop()``.
+up on a pool whose jobs keep failing (its pending jobs are removed, its waiting tasks fail
+with the reason), the demand probe, waiting for workers (:mod:`hybrid.manager.waiting`) and
+closing with every job confirmed gone (:mod:`hybrid.manager.closing`).
+:class:`hybrid.HybridCluster` and the gateway's cluster are facades over one; neither does
+any of this itself. Adaptivity (:mod:`hybrid.adaptive`) sits above: it is given a manager
+and a pool, and the manager only knows a pool's ``adaptive`` object as something it can
+``stop()``.
 
 Every coroutine runs on the cluster's event loop; the batch systems' blocking calls
 (subprocesses, HTCondor bindings, Kubernetes API) run in a small thread pool.
@@ -523,24 +524,6 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                     f"are gone or at the end of their lifetime ({retiring} retiring)")
         with contextlib.suppress(BatchError, ConfigurationError, OSError, PoolFailed):
             await self.submit(pool, missing)
-
-    async def _give_up(self, pool: ManagedPool) -> None:
-        """Stop the pool's adaptivity; fail the waiting tasks no other pool will run (at
-        every reconcile, so that tasks submitted later fail too)."""
-        if pool.adaptive is not None:
-            pool.adaptive.stop()
-        others = set().union(*(p.served for p in self.pools.values()
-                               if p is not pool and not p.failed))
-        orphaned = pool.served - others
-        if not orphaned:
-            return
-        from hybrid import scheduler_probe
-
-        message = (f"hybrid: pool {pool.name} gave up, so no worker will run this task: "
-                   f"{pool.failed}")
-        with contextlib.suppress(Exception):
-            await self._run_on_scheduler(scheduler_probe.fail_unrunnable,
-                                         resources=tuple(orphaned), message=message)
 
     async def _reconcile_forever(self, interval: float) -> None:
         while not self._closed:

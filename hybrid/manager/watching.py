@@ -7,11 +7,13 @@ between two looks, was evicted (HTCondor vacate, Slurm requeue or preemption): t
 reported as such and is never a failure; jobs pending longer than
 ``hybrid.batch.stuck-timeout`` are reported together with the batch system's reasons; and
 every change of a pool's jobs by state is one readable INFO line. With
-``hybrid.batch.held-jobs: replace``, held jobs are removed here (each a failure).
+``hybrid.batch.held-jobs: replace``, held jobs are removed here (each a failure); a pool
+that gave up removes its pending jobs and fails the tasks no other pool runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -42,6 +44,7 @@ class JobWatch:
     call: Callable[..., Awaitable[Any]]
     remove: Callable[[ManagedPool, Iterable[str]], Awaitable[None]]
     _failure: Callable[..., None]
+    _run_on_scheduler: Callable[..., Awaitable[Any]]
     pool: Callable[[str | None], ManagedPool]
 
     async def adopt(self, names: Iterable[str] | None = None) -> None:
@@ -208,6 +211,37 @@ class JobWatch:
             if pool.failed is None and status.job_id not in pool._removed:
                 self._failure(pool, f"job {status.job_id} is held: {status.reason}")
         await self.remove(pool, [s.job_id for s in held])
+
+    async def _give_up(self, pool: ManagedPool) -> None:
+        """Stop the pool's adaptivity; remove its pending jobs (each would start one more
+        worker of a pool that keeps failing, or hold an allocation for nothing); fail the
+        waiting tasks no other pool will run. At every reconcile, so that jobs pending again
+        and tasks submitted later are handled too; running jobs stay (their workers serve)."""
+        if pool.adaptive is not None:
+            pool.adaptive.stop()
+        pending = [job_id for job_id, status in list(pool.jobs.items())
+                   if status.state is JobState.pending and job_id not in pool._removed]
+        if pending:  # (said beside the reason, or where someone waits, in the exception)
+            logger.log(logging.INFO if pool.waiters else logging.WARNING,
+                       "pool %s gave up: removing its %d pending job(s): %s", pool.name,
+                       len(pending), short_ids(pending))
+            try:
+                await self.remove(pool, pending)
+            except (BatchError, OSError) as error:  # the pool's close tries again
+                logger.warning("pool %s: could not remove its pending jobs: %s", pool.name,
+                               error)
+        others = set().union(*(p.served for p in self.pools.values()
+                               if p is not pool and not p.failed))
+        orphaned = pool.served - others
+        if not orphaned:
+            return
+        from hybrid import scheduler_probe
+
+        message = (f"hybrid: pool {pool.name} gave up, so no worker will run this task: "
+                   f"{pool.failed}")
+        with contextlib.suppress(Exception):
+            await self._run_on_scheduler(scheduler_probe.fail_unrunnable,
+                                         resources=tuple(orphaned), message=message)
 
     def _report_pending(self, pool: ManagedPool, now: float) -> None:
         """One warning for the jobs that newly waited longer than the stuck timeout (or

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -315,6 +316,8 @@ class ScriptedQueue:
     """A test double of a batch system's queue, not a batch system: the states a test sets
     are what ``query`` reports, and ``remove`` takes the jobs out."""
 
+    name = "scripted queue"
+
     def __init__(self, states: dict[str, JobState]):
         self.states = dict(states)
         self.removed: list[str] = []
@@ -331,6 +334,9 @@ class ScriptedQueue:
             self.removed.append(job_id)
             self.states.pop(job_id, None)
 
+    def log_path(self, staging, job_id) -> None:
+        """No job log to read."""
+
 
 def test_a_job_held_after_its_pool_gave_up_is_removed_too() -> None:
     """Replace policy: the reconcile that gives up removes the jobs held then; one held at a
@@ -339,7 +345,7 @@ def test_a_job_held_after_its_pool_gave_up_is_removed_too() -> None:
     from hybrid.pools import PoolSpec
     from hybrid.worker import Connection
 
-    queue = ScriptedQueue({"1": JobState.held, "2": JobState.pending})
+    queue = ScriptedQueue({"1": JobState.held, "2": JobState.running})
     manager = PoolManager("heldlate", Connection("tcp://127.0.0.1:9"), scheduler=None)
     try:
         pool = manager.add(PoolSpec.build("cpu", "local"), system=queue)  # type: ignore[arg-type]
@@ -357,6 +363,46 @@ def test_a_job_held_after_its_pool_gave_up_is_removed_too() -> None:
         asyncio.run(reconcile_twice())
         assert queue.removed == ["1", "2"]
         assert pool.failures == 1 and pool.submit_calls == 0
+    finally:
+        manager.shutdown_executor()
+
+
+def test_a_pool_that_gives_up_removes_its_pending_jobs_and_keeps_its_running_ones(
+        caplog) -> None:
+    """A pool that gave up (its jobs keep failing) removes the jobs still pending in the
+    queue: each would start one more worker of the same kind, or hold an allocation for
+    nothing, until the cluster closes. Running jobs stay (their workers serve), and a job
+    that waits again later (evicted) is removed at the next reconcile; nothing is
+    submitted."""
+    from hybrid.pools import PoolSpec
+    from hybrid.worker import Connection
+
+    queue = ScriptedQueue({"1": JobState.failed, "2": JobState.pending,
+                           "3": JobState.running, "4": JobState.pending})
+    manager = PoolManager("heldlate", Connection("tcp://127.0.0.1:9"), scheduler=None)
+    try:
+        pool = manager.add(PoolSpec.build("cpu", "local"), system=queue)  # type: ignore[arg-type]
+        pool.track(JobStatus(j, JobState.pending, None, "heldlate", "cpu")
+                   for j in queue.states)
+        pool.target = 4
+
+        async def give_up_then_reconcile() -> None:
+            with dask.config.set({"hybrid.batch.max-failures": 1}):
+                await manager.reconcile(pool)  # job 1 failed: the pool gives up
+                assert pool.failed and "job 1" in pool.failed
+                await pool.giving_up
+                assert sorted(queue.removed) == ["2", "4"]
+                assert set(pool.active()) == {"3"}
+                queue.states["3"] = JobState.pending  # evicted: waits again
+                await manager.reconcile(pool)
+
+        with caplog.at_level(logging.WARNING, logger="hybrid"):
+            asyncio.run(give_up_then_reconcile())
+        assert sorted(queue.removed) == ["2", "3", "4"]
+        assert pool.submit_calls == 0 and pool.active() == []
+        said = [r.getMessage() for r in caplog.records if "gave up: removing" in r.getMessage()]
+        assert said == ["pool cpu gave up: removing its 2 pending job(s): 2 4",
+                        "pool cpu gave up: removing its 1 pending job(s): 3"], said
     finally:
         manager.shutdown_executor()
 
