@@ -457,7 +457,7 @@ class ManagedPool:
     def workers_by_job(self, live: Mapping[str, Mapping[str, Any]],
                        names: list[Any] | None = None) -> dict[str, tuple[str, ...]]:
         """Job id -> addresses of this pool's workers among ``live`` (address -> the
-        scheduler's identity of the worker; ``names``: its :func:`worker_names`, where the
+        scheduler's identity of the worker; ``names``: its workers' names, where the
         caller has them), found by name in C passes (a large pool's adaptive step asks for
         them over a thousand workers); tuples, which no caller can change under another."""
         addresses = list(live)
