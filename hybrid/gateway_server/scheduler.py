@@ -293,12 +293,20 @@ class HybridGatewayPlugin(SchedulerPlugin):
                         ws.name, worker)
 
     def valid_workers_downscaling(self, scheduler: Any, workers: list[Any]) -> list[Any]:
-        """Only the gateway's surplus workers may be picked (never an external worker)."""
+        """Only the gateway's surplus workers may be picked (never an external worker).
+        Workers already being retired (by an earlier heartbeat: the gateway asks again
+        while they leave) do not count as staying, so they are not replaced by more."""
+        from distributed.core import Status
+
         own = [ws for ws in workers if is_gateway_worker(ws.name)]
         if self.service is None:
             return own
-        surplus = sum(1 for ws in scheduler.workers.values() if is_gateway_worker(ws.name)
-                      ) - self.service.count
+        leaving = getattr(self.service, "closing_workers", ())
+        staying = sum(1 for ws in scheduler.workers.values() if is_gateway_worker(ws.name)
+                      and ws.status in (Status.running, Status.paused)
+                      and ws.name not in leaving)
+        surplus = staying - self.service.count
+        own = [ws for ws in own if ws.name not in leaving]
         idlest = sorted(own, key=lambda ws: (bool(ws.processing), ws.nbytes))
         return idlest[:max(0, surplus)]
 

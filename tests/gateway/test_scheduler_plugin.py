@@ -357,3 +357,37 @@ def test_importing_the_package_and_cli_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_second_scale_down_pass_does_not_retire_workers_beyond_the_surplus() -> None:
+    """dask-gateway's heartbeat asks ``workers_to_close`` again while the workers it picked
+    last time are still being retired (a busy scheduler: found as a fresh-clone run where
+    scale 3 -> 1 retired all three). Those no longer count as staying, so the second pass
+    picks none: the gateway keeps its one worker."""
+    from types import SimpleNamespace
+
+    from distributed.core import Status
+
+    from hybrid.gateway_server.scheduler import HybridGatewayPlugin
+
+    names = [uuid.uuid4().hex for _ in range(3)]
+    workers = {f"tcp://127.0.0.1:{n}": SimpleNamespace(
+        name=name, status=Status.running, processing=set(), nbytes=0)
+        for n, name in enumerate(names, start=9000)}
+    workers["tcp://127.0.0.1:9100"] = SimpleNamespace(
+        name="ext-0", status=Status.running, processing=set(), nbytes=0)
+    scheduler = SimpleNamespace(workers=workers)
+    plugin = HybridGatewayPlugin()
+    plugin.service = SimpleNamespace(count=1, closing_workers=set())
+    workers["tcp://127.0.0.1:9000"].status = Status.paused  # (paused: it stays all the same)
+    first = plugin.valid_workers_downscaling(scheduler, list(workers.values()))
+    assert len(first) == 2 and all(ws.name in names for ws in first)
+    # the first pass's workers are being retired: the service marks them, then the
+    # scheduler (their status); a second pass offers the workers still running
+    plugin.service.closing_workers.update(ws.name for ws in first)
+    running = [ws for ws in workers.values() if ws not in first]
+    assert plugin.valid_workers_downscaling(scheduler, running) == []
+    for ws in first:
+        ws.status = Status.closing_gracefully
+    plugin.service.closing_workers.clear()  # (the service forgets them as they leave)
+    assert plugin.valid_workers_downscaling(scheduler, running) == []
