@@ -28,8 +28,22 @@ hybrid_worker=$!
 # distributed.worker.memory.terminate): past 3984588 KiB resident (the worker's
 # process and its children) it kills the worker, its tasks are retried elsewhere as after any
 # lost worker, the job ends and its pool submits a replacement.
-# (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says)
+# (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says.
+# Each turn costs a few reads of /proc; under bash the half-second wait is the read builtin on
+# a pipe that never gets data, not a sleep process per turn, which competes for the CPU while
+# many workers start on one node.)
 (
+    hybrid_page_kib=$(( $(getconf PAGESIZE 2>/dev/null || echo 4096) / 1024 ))
+    hybrid_pause() { sleep 0.5; }
+    case ${BASH_VERSION:-} in
+        [4-9].*|[1-9][0-9]*)
+            if eval 'exec 9<> <(:)' 2>/dev/null; then
+                hybrid_pause() {
+                    read -r -t 0.5 -u 9 hybrid_none
+                    [ "$?" -gt 128 ] || sleep 0.5
+                }
+            fi ;;
+    esac
     while kill -0 "$hybrid_worker" 2>/dev/null; do
         hybrid_rss=0 hybrid_queue=$hybrid_worker
         while [ -n "$hybrid_queue" ]; do
@@ -37,12 +51,9 @@ hybrid_worker=$!
             hybrid_queue=${hybrid_queue#"$hybrid_pid"}
             hybrid_queue=${hybrid_queue# }
             {
-                while read -r hybrid_key hybrid_value hybrid_rest; do
-                    if [ "$hybrid_key" = VmRSS: ]; then
-                        hybrid_rss=$((hybrid_rss + hybrid_value))
-                        break
-                    fi
-                done < /proc/"$hybrid_pid"/status
+                if read -r hybrid_size hybrid_pages hybrid_rest < /proc/"$hybrid_pid"/statm; then
+                    hybrid_rss=$((hybrid_rss + hybrid_pages * hybrid_page_kib))
+                fi
                 for hybrid_children in /proc/"$hybrid_pid"/task/*/children; do
                     hybrid_kids=
                     read -r hybrid_kids < "$hybrid_children" || true
@@ -55,7 +66,7 @@ hybrid_worker=$!
             kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
             exit 0
         fi
-        sleep 0.5
+        hybrid_pause
     done
 ) &
 wait "$hybrid_worker"
