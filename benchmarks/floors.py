@@ -9,6 +9,12 @@ reads nothing: the python and its arguments are the job), timed from the submiss
 workers connected to a scheduler in this process. No launcher can start the same workers
 faster on this pool: what hybrid adds on top of B is its own cost.
 
+``floor: bare-worker jobs (TLS)``: B with TLS as hybrid's default: the scheduler speaks only
+``tls://`` with client certificates (``distributed.Security.temporary()``, as hybrid makes
+its own), and the bare workers read the same kind of files (``--tls-ca-file``, ``--tls-cert``,
+``--tls-key``, mode 0600, owned by the user the jobs run as). B is the barest start; this is
+the barest start of workers that connect as hybrid's do.
+
 ``floor: batch start`` (C): n trivial jobs in one submission, each writing a time stamp when
 it starts and then waiting to be removed, timed from the submission to the last stamp: the
 batch system's own time to start n jobs, without python.
@@ -54,26 +60,31 @@ def _job_directory() -> Path:
 
 
 # --------------------------------------------------------------------------- B
-def bare_worker_jobs(system: str, n: int) -> dict[str, float]:
-    """B: n bare-worker jobs in one submission, until n workers are connected."""
+def bare_worker_jobs(system: str, n: int, *, tls: bool = False) -> dict[str, float]:
+    """B: n bare-worker jobs in one submission, until n workers are connected (``tls``:
+    to a scheduler that speaks only TLS with client certificates)."""
     from distributed import Client, LocalCluster
+    from distributed.security import Security
 
     marker = f"bench{uuid.uuid4().hex[:8]}"
     directory = _job_directory()
+    security = Security.temporary() if tls else Security()
     try:
-        with LocalCluster(n_workers=0, host="127.0.0.1", protocol="tcp://", processes=False,
-                          dashboard_address=None) as scheduler_only, \
-                Client(scheduler_only, set_as_default=False) as client:
+        options = [*WORKER_OPTIONS, *(_tls_options(system, security, directory) if tls else [])]
+        with LocalCluster(n_workers=0, host="127.0.0.1", protocol="tls://" if tls else "tcp://",
+                          processes=False, dashboard_address=None,
+                          security=security) as scheduler_only, \
+                Client(scheduler_only, security=security, set_as_default=False) as client:
             address = scheduler_only.scheduler_address
             start = postmatch.now()
             if system == "htcondor":
-                _condor_bare_workers(address, n, marker, directory)
+                _condor_bare_workers(address, n, marker, directory, options)
             elif system == "sge":
                 _sge_submit(n, marker, directory, " ".join(
                     [sys.executable, "-m", "distributed.cli.dask_worker", address,
-                     *WORKER_OPTIONS, "--name", "bare-$SGE_TASK_ID"]))
+                     *options, "--name", "bare-$SGE_TASK_ID"]))
             else:
-                _slurm_bare_workers(address, n, marker, directory)
+                _slurm_bare_workers(address, n, marker, directory, options)
             client.wait_for_workers(n, timeout=WAIT)
             connected = postmatch.now()
             match = postmatch.first_match(system, _ids(system, marker))
@@ -86,10 +97,29 @@ def bare_worker_jobs(system: str, n: int) -> dict[str, float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _condor_bare_workers(address: str, n: int, marker: str, directory: Path) -> None:
+def _tls_options(system: str, security, directory: Path) -> list[str]:
+    """The worker options for ``security``'s CA, certificate and key, written to files in
+    ``directory`` (0600, owned by the user the jobs of ``system`` run as)."""
+    owner = realpools.pool_user() if system == "htcondor" else None
+    options = []
+    for option, pem in (("--tls-ca-file", security.tls_ca_file),
+                        ("--tls-cert", security.tls_worker_cert),
+                        ("--tls-key", security.tls_worker_key)):
+        path = directory / option.removeprefix("--tls-")
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(pem)
+        if owner is not None:
+            os.chown(path, *owner)
+        options += [option, str(path)]
+    return options
+
+
+def _condor_bare_workers(address: str, n: int, marker: str, directory: Path,
+                         options: list[str]) -> None:
     import htcondor2
 
-    arguments = " ".join(["-m", "distributed.cli.dask_worker", address, *WORKER_OPTIONS,
+    arguments = " ".join(["-m", "distributed.cli.dask_worker", address, *options,
                           "--name", "bare-$(ProcId)"])
     htcondor2.Schedd().submit(htcondor2.Submit({
         "universe": "vanilla", "executable": sys.executable, "arguments": arguments,
@@ -99,9 +129,10 @@ def _condor_bare_workers(address: str, n: int, marker: str, directory: Path) -> 
         "leave_in_queue": "false", **_VACATE}), count=n)
 
 
-def _slurm_bare_workers(address: str, n: int, marker: str, directory: Path) -> None:
+def _slurm_bare_workers(address: str, n: int, marker: str, directory: Path,
+                        options: list[str]) -> None:
     command = " ".join([sys.executable, "-m", "distributed.cli.dask_worker", address,
-                        *WORKER_OPTIONS, "--name", "bare-$SLURM_ARRAY_TASK_ID"])
+                        *options, "--name", "bare-$SLURM_ARRAY_TASK_ID"])
     subprocess.run(
         ["sbatch", f"--array=1-{n}", f"--job-name={marker}", "--output=/dev/null",
          "--cpus-per-task=1", "--mem=1024M", "--time=00:30:00", "--export=NIL",

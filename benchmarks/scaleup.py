@@ -69,6 +69,8 @@ VARIANTS: tuple[Variant, ...] = (
         s, n, d, nanny=False, dashboard=False), needs="dask-jobqueue"),
     Variant("floor: bare-worker jobs", lambda s, n, d: floors.bare_worker_jobs(s, n),
             needs="shared"),
+    Variant("floor: bare-worker jobs (TLS)",
+            lambda s, n, d: floors.bare_worker_jobs(s, n, tls=True), needs="shared"),
     Variant("floor: batch start", lambda s, n, d: floors.batch_start(s, n), needs="shared"),
 )
 #: The variants' names, in the order of the tables.
@@ -206,6 +208,8 @@ def summary(results: Results) -> str:
                      + " | ".join(cell(system, config, v) for v in shown) + " |")
     pairs = [("hybrid", "floor: bare-worker jobs", "hybrid / B"),
              ("hybrid shared fs", "floor: bare-worker jobs", "shared fs / B"),
+             ("hybrid", "floor: bare-worker jobs (TLS)", "hybrid / B with TLS"),
+             ("hybrid shared fs", "floor: bare-worker jobs (TLS)", "shared fs / B with TLS"),
              ("hybrid", "dask-jobqueue", "hybrid / D"),
              ("hybrid shared fs", "dask-jobqueue", "shared fs / D"),
              ("hybrid with nanny", "dask-jobqueue", "with nanny / D (like for like)"),
