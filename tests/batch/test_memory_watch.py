@@ -23,7 +23,7 @@ import pytest
 
 from hybrid.templates import render
 
-#: The stand-in worker: it starts a child that holds LIMIT * 2 resident only after ``grow``
+#: The stand-in worker: it starts a child that grows to LIMIT * 2 resident only after ``grow``
 #: appears, so the watch must add the child's memory to find it past the limit.
 STAND_IN = """
 import os, subprocess, sys, time
@@ -32,9 +32,9 @@ open(os.path.join(directory, "started"), "w").close()
 while not os.path.exists(os.path.join(directory, "grow")):
     time.sleep(0.05)
 child = subprocess.Popen([sys.executable, "-c",
-    "import sys, time; b = bytearray(int(sys.argv[1])); b[::4096] = b'x' * len(b[::4096]); "
-    "open(sys.argv[2], 'w').close(); time.sleep(600)", str(200 * 2**20),
-    os.path.join(directory, "grown")])
+    "import sys, time; open(sys.argv[2], 'w').close(); b = bytearray(int(sys.argv[1])); "
+    "b[::4096] = b'x' * len(b[::4096]); time.sleep(600)", str(200 * 2**20),
+    os.path.join(directory, "growing")])
 child.wait()
 """
 LIMIT_KIB = 100 * 1024
@@ -75,7 +75,8 @@ def _run_watch(shell: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess,
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    assert (tmp_path / "grown").exists(), f"the stand-in's child never held its memory: {err}"
+    # (the watch may kill the child while it is still growing: that is its job)
+    assert (tmp_path / "growing").exists(), f"the stand-in's child never grew: {err}"
     calls = len(counter.read_text().splitlines()) if counter.exists() else 0
     return subprocess.CompletedProcess(process.args, process.returncode, out, err), calls
 
