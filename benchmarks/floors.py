@@ -35,6 +35,7 @@ from pathlib import Path
 
 from benchmarks import postmatch, realpools
 from benchmarks.launchers import WAIT, timings, wait_until
+from hybrid.batch.staging import write_private
 
 #: The worker options of hybrid's own workers of one thread and 1 GiB (hybrid/worker.py).
 WORKER_OPTIONS = ["--nthreads", "1", "--memory-limit", str(2**30), "--no-nanny",
@@ -105,10 +106,7 @@ def _tls_options(system: str, security, directory: Path) -> list[str]:
     for option, pem in (("--tls-ca-file", security.tls_ca_file),
                         ("--tls-cert", security.tls_worker_cert),
                         ("--tls-key", security.tls_worker_key)):
-        path = directory / option.removeprefix("--tls-")
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as file:
-            file.write(pem)
+        path = write_private(directory / option.removeprefix("--tls-"), pem)
         if owner is not None:
             os.chown(path, *owner)
         options += [option, str(path)]
