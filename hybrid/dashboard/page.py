@@ -203,9 +203,15 @@ def install(dask_scheduler: Any = None) -> str:
 
     Returns what happened: ``"installed"``, ``"present"`` or ``"no dashboard: ..."``.
     """
+    import sys
+
     scheduler = dask_scheduler
     if getattr(scheduler, "_hybrid_pools_page", None) is not None:
         return "present"
+    if "bokeh.server.server" not in sys.modules:
+        # a scheduler that serves a dashboard has imported Bokeh's server to serve it;
+        # importing it here (about a second, on the scheduler's loop) would find none
+        return "no dashboard: this scheduler serves none"
     try:
         from bokeh.server.server import BokehTornado
         from distributed.dashboard.core import BokehApplication
