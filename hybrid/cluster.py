@@ -330,6 +330,8 @@ class HybridCluster(ClusterViews, Cluster):
         try:
             if self.manager is not None:
                 await self.manager.stop()  # no adaptive step or refill from here on
+                if self.scheduler is not None:  # said while the scheduler still listens
+                    await self.manager.say_closing()
             for client in list(self._clients):
                 with contextlib.suppress(Exception):
                     await client._close(fast=True)

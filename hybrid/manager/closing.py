@@ -36,6 +36,8 @@ class Closing:
     pools: dict[str, ManagedPool]
     scheduler: Any
     closing_elsewhere: bool
+    #: Whether :meth:`say_closing` has run.
+    _said_closing: bool = False
 
     async def close(self, timeout: float = 60) -> int:
         """Remove every job of every pool, confirm with the batch systems, drop staging.
@@ -47,8 +49,9 @@ class Closing:
         """
         await self.stop()
         self._closed = True
-        # said while the pools list their jobs; awaited before any removal
-        said = asyncio.ensure_future(self._say_closing())
+        # said while the pools list their jobs (unless said already); awaited before any
+        # removal
+        said = asyncio.ensure_future(self.say_closing())
         problems: list[str] = []
         used = [p for p in self.pools.values() if p.used]
         # pools whose jobs may still run keep their files (a local job's record, the logs)
@@ -95,10 +98,15 @@ class Closing:
             self.note_closing_elsewhere()
         return self.closing_elsewhere
 
-    async def _say_closing(self) -> None:
+    async def say_closing(self) -> None:
         """Tell the cluster's other clients, through its scheduler, before any job goes: their
         managers read it before they replace a job or scale up, so none refills what this
-        close removes (a notebook's view while a script shuts the cluster down)."""
+        close removes (a notebook's view while a script shuts the cluster down). Said once:
+        a cluster that stops its own scheduler before :meth:`close` says it first, while the
+        scheduler still listens (a scheduler that is gone costs the whole bound)."""
+        if self._said_closing:
+            return
+        self._said_closing = True
         try:
             await asyncio.wait_for(self.scheduler.set_metadata(keys=[CLOSING_KEY], value=True),
                                    SAY_CLOSING_WITHIN)

@@ -110,3 +110,34 @@ def test_an_unknown_log_level_is_refused_by_name_before_anything_starts() -> Non
 
     with pytest.raises(ConfigurationError, match=r"silence_logs = 'bogus'.*'warning'"):
         HybridCluster(silence_logs="bogus")
+
+
+def test_a_cluster_says_it_closes_while_its_own_scheduler_still_listens(caplog) -> None:
+    """A cluster that runs its own scheduler tells the scheduler that it closes before it
+    stops it, not after: the word sent to a scheduler already stopped waited out its whole
+    bound (2 s) on every close of every cluster, the P7 close of 0.23 s became 2.05 s
+    (benchmarks/results/2026-11-28-f1-tls.json)."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from hybrid.scheduler_probe import CLOSING_KEY
+
+    class SeenAtClose(SchedulerPlugin):
+        name = "hybrid-test-seen-at-close"
+
+        def __init__(self, scheduler) -> None:
+            self.scheduler = scheduler
+            self.closing: list[object] = []
+
+        async def close(self) -> None:
+            self.closing.append(self.scheduler.get_metadata([CLOSING_KEY], default=False))
+
+    caplog.set_level(logging.DEBUG, logger="hybrid.manager")
+    with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}):
+        with HybridCluster() as cluster:
+            cluster.add_pool("cpu", "local", nanny=False)
+            cluster.scale(1, wait=True, timeout=60)
+            plugin = SeenAtClose(cluster.scheduler)
+            cluster.scheduler.add_plugin(plugin)
+    assert plugin.closing == [True]
+    assert not [r.getMessage() for r in caplog.records
+                if "cannot mark it closing" in r.getMessage()]
