@@ -18,7 +18,11 @@ export HYBRID_JOB_ID
 umask 077
 PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 export PATH
-hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+# (no process started for the job ids batch systems give, which need no change)
+case $HYBRID_JOB_ID in
+    *[!A-Za-z0-9._-]*) hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-') ;;
+    *) hybrid_suffix=$HYBRID_JOB_ID ;;
+esac
 exec >>/scratch/hybrid/jobs/demo-pool-0a1b2c3d/worker-"$hybrid_suffix".log 2>&1
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s

@@ -18,15 +18,17 @@ export HYBRID_JOB_ID
 umask 077
 PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 export PATH
-hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-')
+# (no process started for the job ids batch systems give, which need no change)
+case $HYBRID_JOB_ID in
+    *[!A-Za-z0-9._-]*) hybrid_suffix=$(printf '%s' "$HYBRID_JOB_ID" | tr -c 'A-Za-z0-9._-' '-') ;;
+    *) hybrid_suffix=$HYBRID_JOB_ID ;;
+esac
 exec >>/home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/worker-"$hybrid_suffix".log 2>&1
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP=120s
 export OE_LICENSE=/secrets/oe
-chmod 600 /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/ca.pem
-chmod 600 /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/cert.pem
-chmod 600 /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/key.pem
+chmod 600 /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/ca.pem /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/cert.pem /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/key.pem
 # --- setup commands given by the user ---
 module load cuda
 # --- end of setup commands ---
