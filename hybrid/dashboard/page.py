@@ -208,21 +208,20 @@ def install(dask_scheduler: Any = None) -> str:
     scheduler = dask_scheduler
     if getattr(scheduler, "_hybrid_pools_page", None) is not None:
         return "present"
-    if "bokeh.server.server" not in sys.modules:
-        # a scheduler that serves a dashboard has imported Bokeh's server to serve it;
-        # importing it here (about a second, on the scheduler's loop) would find none
+    # a scheduler that serves a dashboard has imported Bokeh's server to serve it: looked up,
+    # not imported (about a second, on the scheduler's loop, to find no dashboard)
+    server = sys.modules.get("bokeh.server.server")
+    http = getattr(scheduler, "http_application", None)
+    dashboards = [a for a in getattr(http, "applications", ())
+                  if server is not None and isinstance(a, server.BokehTornado)]
+    if not dashboards:
         return "no dashboard: this scheduler serves none"
     try:
-        from bokeh.server.server import BokehTornado
         from distributed.dashboard.core import BokehApplication
         from distributed.dashboard.scheduler import template_variables
         from tornado.ioloop import IOLoop
     except ImportError as error:
         return f"no dashboard: {error}"
-    http = getattr(scheduler, "http_application", None)
-    dashboards = [a for a in getattr(http, "applications", ()) if isinstance(a, BokehTornado)]
-    if not dashboards:
-        return "no dashboard: this scheduler serves none"
     prefix = getattr(dashboards[0], "_prefix", "") or ""
     variables = template_variables(scheduler)
     app = BokehApplication({PAGE: pools_doc}, scheduler, prefix=prefix,

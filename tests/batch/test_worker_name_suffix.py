@@ -7,6 +7,7 @@ per job was part of what each worker's start cost while many start on one node).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def test_the_worker_name_suffix_is_the_managers_and_costs_no_process_for_plain_i
     shims = tmp_path / "bin"
     shims.mkdir()
     calls = tmp_path / "tr-calls"
-    (shims / "tr").write_text(f'#!/bin/sh\necho x >> {calls}\nexec /usr/bin/tr "$@"\n')
+    (shims / "tr").write_text(f'#!/bin/sh\necho x >> {calls}\nexec {shutil.which("tr")} "$@"\n')
     (shims / "tr").chmod(0o755)
     block = _suffix_block()
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "LC_ALL": "C"}
