@@ -147,12 +147,13 @@ class PoolAdaptive(AdaptiveCore):
                                    strict=True):
             held[job_id] = held.get(job_id, 0) + results
         idle = [j for j in jobs if j in plan and j not in busy_jobs]
-        idle.sort(key=lambda j: held.get(j, 0))
+        if held:  # (a stable sort: without results held, the order stays)
+            idle.sort(key=lambda j: held.get(j, 0))
         chosen: list[str] = []
         staying = set(live)
         for job_id in idle[:max(0, len(plan) - target)]:
             addresses = set(jobs[job_id])
-            if held.get(job_id) and not staying - addresses:
+            if held.get(job_id) and staying <= addresses:
                 continue  # its results would have nowhere to go
             staying -= addresses
             chosen.append(job_id)

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import pickle
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from hybrid.manager.closing import Closing
 from hybrid.manager.lifetime import Lifetimes
 from hybrid.manager.pool import ManagedPool, PoolStatus, by_job_id, short_ids
 from hybrid.manager.preference import Preferences, capacity, shares
+from hybrid.manager.remote import NO_ARGS, pickled_probe
 from hybrid.manager.waiting import WaitingForWorkers
 from hybrid.manager.watching import JobWatch
 from hybrid.pools import PoolSpec
@@ -52,11 +52,6 @@ logger = logging.getLogger("hybrid")
 SCHEDULER_ANSWERS_WITHIN = 5.0
 #: The reason of a job that left the queue without a record of how it ended.
 GONE = "no longer in the queue"
-
-#: The functions run on the scheduler, pickled (by value) once.
-_PICKLED: dict[Callable, bytes] = {}
-_NO_ARGS = pickle.dumps(())
-
 
 class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     """The pools of one cluster and everything between its scheduler and batch systems.
@@ -385,17 +380,10 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         return result
 
     async def _run_on_scheduler(self, function: Callable, **kwargs: Any) -> Any:
-        import cloudpickle
         from distributed.protocol.pickle import dumps
 
-        from hybrid import scheduler_probe
-
-        cloudpickle.register_pickle_by_value(scheduler_probe)
-        pickled = _PICKLED.get(function)
-        if pickled is None:  # by value, once: the probe runs every adaptive step
-            pickled = _PICKLED[function] = dumps(function)
         response = await self.scheduler.run_function(
-            function=pickled, args=_NO_ARGS, kwargs=dumps(kwargs), wait=True)
+            function=pickled_probe(function), args=NO_ARGS, kwargs=dumps(kwargs), wait=True)
         if response.get("status") != "OK":
             raise HybridError(f"the scheduler could not run {function.__name__}: {response}")
         return response["result"]

@@ -14,6 +14,7 @@ walltime, and no result is lost with one.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import zlib
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import JobState
 from hybrid.manager.pool import ManagedPool, short_ids
+from hybrid.manager.remote import NO_ARGS, pickled_probe
 
 logger = logging.getLogger("hybrid")
 
@@ -69,34 +71,42 @@ class Lifetimes:
 
     async def check_lifetimes(self, pool: ManagedPool) -> None:
         """Mark the jobs due for replacement as retiring; drain the workers due; remove
-        retiring jobs that were evicted (replaced already)."""
+        retiring jobs that were evicted (replaced already).
+
+        Only the jobs whose start changed since the last look get a new drain time, and
+        only those whose time comes are looked at (two heaps by drain time): a large pool's
+        reconcile does not walk every running job."""
         if pool._unneeded:
             unneeded = sorted(j for j in pool._unneeded if j in pool.jobs)
             pool._unneeded.clear()
             await self.remove(pool, unneeded)  # type: ignore[attr-defined]
         lifetime = pool.spec.lifetime_seconds()
+        changed = pool._started.take_changes()  # type: ignore[attr-defined]
         if lifetime is None:
             return
         stagger = pool.spec.lifetime_stagger_seconds()
+        times = pool._drain_times
+        for job_id in changed:  # a first start, a new run (an eviction, a restart), an end
+            started = pool._started.get(job_id)
+            known = times.get(job_id)
+            if started is None:
+                times.pop(job_id, None)
+            elif known is None or known[0] != started:
+                drain_at = self._drain_time(started, lifetime, stagger, job_id)
+                times[job_id] = (started, drain_at)
+                heapq.heappush(pool._to_retire, (drain_at, job_id, started))
         now = self.clock()
         restart = pool.spec.lifetime_restart
-        lead = self.replacement_lead(pool)
-        retiring, due = [], []
-        times = pool._drain_times
-        for job_id, started in list(pool._started.items()):
-            status = pool.jobs.get(job_id)
-            if status is None or status.state is not JobState.running:
-                continue
-            known = times.get(job_id)
-            if known is None or known[0] != started:  # a new run (an eviction, a restart)
-                known = times[job_id] = (started, self._drain_time(started, lifetime,
-                                                                   stagger, job_id))
-            drain_at = known[1]
-            if not restart and job_id not in pool.retiring and now >= drain_at - lead:
-                pool.retiring[job_id] = drain_at
-                retiring.append(job_id)
-            if now >= drain_at and job_id not in pool._drained:
-                due.append(job_id)
+        lead = 0.0 if restart else self.replacement_lead(pool)
+        retiring = [entry[1] for entry in self._due(pool, pool._to_retire, now + lead,
+                                                    pool._to_drain)]
+        if not restart:  # they stop counting toward the target: their replacements go out
+            retiring = [j for j in retiring if j not in pool.retiring]
+            pool.retiring.update({job_id: times[job_id][1] for job_id in retiring})
+        else:
+            retiring = []
+        due = list(dict.fromkeys(entry[1] for entry in self._due(pool, pool._to_drain, now)
+                                 if entry[1] not in pool._drained))
         if retiring:
             logger.info("pool %s: %d job(s) reach the end of their lifetime within %.0f s: "
                         "%s; their replacements go out now", pool.name, len(retiring),
@@ -104,15 +114,39 @@ class Lifetimes:
         if due:
             await self.drain(pool, due, restart=restart)
 
+    @staticmethod
+    def _due(pool: ManagedPool, heap: list[tuple[float, str, float]], until: float,
+             then: list[tuple[float, str, float]] | None = None
+             ) -> list[tuple[float, str, float]]:
+        """Take from ``heap`` the entries of running jobs whose drain time is ``until`` or
+        earlier (into ``then``, when given); entries of a start that is no longer the job's
+        are dropped, those of a job not running now stay for a later look."""
+        taken, later = [], []
+        times, jobs, running = pool._drain_times, pool.jobs, JobState.running
+        while heap and heap[0][0] <= until:
+            entry = heapq.heappop(heap)
+            known = times.get(entry[1])
+            if known is None or known[0] != entry[2]:
+                continue  # the job ended, or started again: its new start has its entry
+            status = jobs.get(entry[1])
+            if status is None or status.state is not running:
+                later.append(entry)
+                continue
+            taken.append(entry)
+            if then is not None:
+                heapq.heappush(then, entry)
+        for entry in later:
+            heapq.heappush(heap, entry)
+        return taken
+
     async def drain(self, pool: ManagedPool, job_ids: list[str], restart: bool = False
                     ) -> None:
         """Drain the workers of these jobs (jobs without a worker are removed)."""
-        import cloudpickle
         from distributed.protocol.pickle import dumps
 
         from hybrid import scheduler_probe
 
-        cloudpickle.register_pickle_by_value(scheduler_probe)  # workers need no hybrid
+        drain_worker = pickled_probe(scheduler_probe.drain_worker)  # (workers need no hybrid)
         connected = await self.pool_workers(pool)  # type: ignore[attr-defined]
         now = self.clock()
         lonely = [j for j in job_ids if j not in connected]
@@ -126,8 +160,8 @@ class Lifetimes:
             kwargs = {"deadline": left, "restart": restart}
             try:
                 await self.scheduler.broadcast(
-                    msg={"op": "run", "function": dumps(scheduler_probe.drain_worker),
-                         "args": dumps(()), "kwargs": dumps(kwargs), "wait": False},
+                    msg={"op": "run", "function": drain_worker, "args": NO_ARGS,
+                         "kwargs": dumps(kwargs), "wait": False},
                     workers=connected[job_id], on_error="ignore")
             except OSError as error:  # its own --lifetime still stops it before the walltime
                 logger.warning("pool %s: could not tell the worker of job %s to drain (%s)",

@@ -21,6 +21,7 @@ from typing import Any
 
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
 from hybrid.batch.jobs import QUEUED_STATES, worker_name_suffix
+from hybrid.manager.records import ChangeLog, CountingDict
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU
 
@@ -139,45 +140,6 @@ def worker_names(live: Mapping[str, Mapping[str, Any]]) -> list[Any]:
     if all(map(isinstance, infos, repeat(dict))):
         return list(map(dict.get, infos, repeat("name")))
     return [info.get("name") for info in infos]
-
-
-class CountingDict(dict):
-    """A dict that counts its changes (:attr:`version`): what is derived from it is
-    computed once per change, not once per question (an adaptive step asks many times)."""
-
-    version = 0
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.version += 1
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self.version += 1
-        super().__delitem__(key)
-
-    def pop(self, *args: Any) -> Any:
-        self.version += 1
-        return super().pop(*args)
-
-    def popitem(self) -> Any:
-        self.version += 1
-        return super().popitem()
-
-    def setdefault(self, key: Any, value: Any = None) -> Any:
-        self.version += 1
-        return super().setdefault(key, value)  # (counted even when the key was there)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self.version += 1
-        super().update(*args, **kwargs)
-
-    def clear(self) -> None:
-        self.version += 1
-        super().clear()
-
-    def __ior__(self, other: Any) -> CountingDict:
-        self.update(other)
-        return self
 
 
 class JobTable(CountingDict):
@@ -324,7 +286,7 @@ class ManagedPool:
         #: (its walltime's start), and how many times the system started it, by job id
         #: (manager clock).
         self._submitted: dict[str, float] = {}
-        self._started: dict[str, float] = {}
+        self._started: dict[str, float] = ChangeLog()
         self._starts: dict[str, int] = {}
         #: Jobs whose workers were told to drain; retiring jobs that were evicted (their
         #: replacements are on the way: they are removed).
@@ -336,6 +298,10 @@ class ManagedPool:
         self.state_counts: dict[JobState, int] = {}
         #: When each running job's worker drains: job id -> (its start, the drain time).
         self._drain_times: dict[str, tuple[float, float]] = {}
+        #: Heaps of (drain time, job id, start) of running jobs: those not yet retiring
+        #: (nor drained, with ``lifetime_restart``), then those retiring and not yet drained.
+        self._to_retire: list[tuple[float, str, float]] = []
+        self._to_drain: list[tuple[float, str, float]] = []
         self._last_logged: Any = None
         #: When each pending job was first seen pending (manager clock), in that order.
         self._first_pending: dict[str, float] = {}
