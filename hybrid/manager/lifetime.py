@@ -98,19 +98,18 @@ class Lifetimes:
         now = self.clock()
         restart = pool.spec.lifetime_restart
         lead = 0.0 if restart else self.replacement_lead(pool)
-        retiring = [entry[1] for entry in self._due(pool, pool._to_retire, now + lead,
-                                                    pool._to_drain)]
-        if not restart:  # they stop counting toward the target: their replacements go out
-            retiring = [j for j in retiring if j not in pool.retiring]
-            pool.retiring.update({job_id: times[job_id][1] for job_id in retiring})
-        else:
-            retiring = []
-        due = list(dict.fromkeys(entry[1] for entry in self._due(pool, pool._to_drain, now)
-                                 if entry[1] not in pool._drained))
+        # the jobs within the lead of their drain move on to the drain heap; without a
+        # restart they stop counting toward the target: their replacements go out now
+        moved = self._due(pool, pool._to_retire, now + lead, pool._to_drain)
+        retiring = {} if restart else {job_id: drain_at for drain_at, job_id, _ in moved
+                                       if job_id not in pool.retiring}
         if retiring:
+            pool.retiring.update(retiring)
             logger.info("pool %s: %d job(s) reach the end of their lifetime within %.0f s: "
                         "%s; their replacements go out now", pool.name, len(retiring),
-                        lead, short_ids(retiring))
+                        lead, short_ids(list(retiring)))
+        due = list(dict.fromkeys(entry[1] for entry in self._due(pool, pool._to_drain, now)
+                                 if entry[1] not in pool._drained))
         if due:
             await self.drain(pool, due, restart=restart)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 
-#: The functions run on the scheduler, pickled (by value) once.
+#: The functions run on the scheduler or its workers, pickled (by value) once.
 _PICKLED: dict[Callable, bytes] = {}
 #: No arguments, pickled.
 NO_ARGS = pickle.dumps(())
