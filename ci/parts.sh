@@ -5,12 +5,16 @@
 # pytest-xdist workers, in the background for the whole run. Beside it, the pools' part:
 # every test that uses a real pool (and the docs' examples, which hold fixed ports) runs one
 # at a time within its lane (`PYTEST-COMMAND --part pools --lane LANE`: tests/conftest.py's
-# POOL_LANES), because such tests change a pool's queue and count its jobs; the lanes of a
-# phase hold no pool (and no port) in common, so they run side by side, and the phases one
-# after another. HYBRID_POOL_LANES=0 runs the pools' part as one pytest instead
+# POOL_LANES), because such tests change a pool's queue and count its jobs. The phases run
+# one after another; a phase is tracks side by side, a track one lane or lanes joined by `>`,
+# run one after the other (`slurm>sge`: the Grid Engine lane once the Slurm lane has ended,
+# as they share the cell and the namespaces). The tracks of a phase hold no pool (and no
+# port) in common; the `alongside` lane holds nothing: its tests (marker `alongside`) use
+# only their own jobs of the pools and no pool setting, so they run beside the lanes that
+# use the same pools. HYBRID_POOL_LANES=0 runs the pools' part as one pytest instead
 # (`--part pools`, no lane). The arguments go to every run (so not --junitxml: all would
 # write it); each lane's pytest summary line is logged when its phase ends, its whole output
-# follows the rest's. The exit status is 0 when every run
+# follows the rest's, the lanes in the order PHASES names them. The exit status is 0 when every run
 # passed or was left no test by the arguments (pytest's exit 5) and at least one ran tests,
 # 5 when none had a test, else 1. Each run is a session of its own (setsid): a Ctrl-C in the
 # terminal reaches ci/test.sh, whose cleanup stops this script, and no run directly; each
@@ -25,11 +29,12 @@ shift
 command=()
 while [[ $# -gt 0 && $1 != -- ]]; do command+=("$1"); shift; done
 [[ $# -gt 0 ]] && shift   # the --
+extra=("$@")  # (pytest's arguments, for every run)
 log() { printf '[ci %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
-# The phases of the pools' part, each a list of lanes (tests/ci/test_parts.py checks that
-# they are tests/conftest.py's POOL_LANES, phase by phase).
-PHASES=("htcondor slurm" "htcondor+slurm sge" "all")
+# The phases of the pools' part, each a list of tracks (tests/ci/test_parts.py checks that
+# they are tests/conftest.py's POOL_PHASES).
+PHASES=("htcondor slurm>sge alongside" "htcondor+slurm ports" "all")
 if [[ ${HYBRID_POOL_LANES:-1} == 0 ]]; then PHASES=("-"); fi  # (one pytest, no --lane)
 
 rest_pid=""
@@ -63,33 +68,54 @@ log "pytest: the rest in $((workers - 1)) worker(s); beside it the pools' tests,
 (trap - INT; exec setsid "${command[@]}" --part rest -n "$((workers - 1))" "$@") &
 rest_pid=$!
 
-runs=()     # "pools" or "pools/LANE", in order
+runs=()     # "pools" or "pools/LANE", in the order PHASES names them
 codes=()    # their exit statuses
 for phase in "${PHASES[@]}"; do
-    lanes=()
-    read -r -a lanes <<< "$phase"
-    lane_pids=()
-    for lane in "${lanes[@]}"; do
-        if [[ $lane == - ]]; then
-            args=(--part pools); name=pools
-        else
-            args=(--part pools --lane "$lane"); name="pools/$lane"
-        fi
-        (trap - INT; exec setsid "${command[@]}" "${args[@]}" "$@") > "$logs/${#runs[@]}" 2>&1 &
-        lane_pids+=($!)
-        runs+=("$name")
+    read -r -a lanes <<< "${phase//>/ }"
+    runs+=("${lanes[@]}")
+done
+if [[ ${runs[*]} == - ]]; then runs=(pools); else runs=("${runs[@]/#/pools/}"); fi
+
+start_lane() {  # start_lane TRACK RUN-INDEX: the run in the background; its pid in lane_pids
+    local args=(--part pools)
+    [[ ${runs[$2]} == pools ]] || args+=(--lane "${runs[$2]#pools/}")
+    (trap - INT; exec setsid "${command[@]}" "${args[@]}" "${extra[@]}") > "$logs/$2" 2>&1 &
+    lane_pids[$1]=$!
+    lane_runs[$1]=$2
+}
+
+first=0     # the index of the phase's first run
+for phase in "${PHASES[@]}"; do
+    tracks=()
+    read -r -a tracks <<< "$phase"
+    lane_pids=()  # track -> the pid of its lane running now
+    lane_runs=()  # track -> that lane's run index
+    later=()      # track -> how many of its lanes are still to start
+    index=$first
+    for t in "${!tracks[@]}"; do
+        read -r -a chain <<< "${tracks[$t]//>/ }"
+        start_lane "$t" "$index"
+        later[$t]=$(( ${#chain[@]} - 1 ))
+        index=$(( index + ${#chain[@]} ))
     done
-    first=$(( ${#runs[@]} - ${#lanes[@]} ))
-    for i in "${!lane_pids[@]}"; do
+    while [[ ${#lane_pids[@]} -gt 0 ]]; do
         code=0
-        wait "${lane_pids[$i]}" || code=$?
-        codes[first + i]=$code
+        wait -n -p ended "${lane_pids[@]}" || code=$?
+        for t in "${!lane_pids[@]}"; do
+            [[ ${lane_pids[$t]} == "$ended" ]] || continue
+            codes[lane_runs[$t]]=$code
+            unset "lane_pids[$t]"
+            if [[ ${later[$t]} -gt 0 ]]; then  # the track's next lane
+                later[$t]=$(( later[$t] - 1 ))
+                start_lane "$t" $(( lane_runs[$t] + 1 ))
+            fi
+        done
     done
-    lane_pids=()
     echo  # (the rest's progress dots may have left the line open)
-    for ((i = first; i < ${#runs[@]}; i++)); do  # (each lane's pytest summary, as it ends)
+    for ((i = first; i < index; i++)); do  # (each lane's pytest summary, as it ends)
         log "${runs[$i]}: exit ${codes[$i]}: $(tail -n 1 "$logs/$i" 2>/dev/null)"
     done
+    first=$index
 done
 
 rest_rc=0

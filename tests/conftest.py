@@ -46,19 +46,32 @@ def pytest_configure(config: pytest.Config) -> None:
 #: The parts of the parallel suite (``--part``).
 PARTS = ("pools", "rest")
 
-#: The lanes of the pools' part (``--part pools --lane NAME``): lane -> (phase, what its tests
-#: may hold). ``ci/parts.sh`` runs the lanes of a phase side by side, one test at a time in
-#: each, and the phases one after another; the lanes of a phase hold nothing in common (a
-#: real pool, the docs' fixed ``ports``, the network namespaces), so no test shares a queue
-#: or a port with a test of another lane. A test goes to the first lane (in this order) that
-#: holds all it needs.
-POOL_LANES: dict[str, tuple[int, frozenset[str]]] = {
-    "sge": (2, frozenset({"sge", "ports", "netns"})),
-    "htcondor": (1, frozenset({"htcondor", "ports"})),
-    "slurm": (1, frozenset({"slurm", "sge", "netns"})),
-    "htcondor+slurm": (2, frozenset({"htcondor", "slurm"})),
-    "all": (3, frozenset({"htcondor", "slurm", "sge", "ports", "netns"})),
+#: The lanes of the pools' part (``--part pools --lane NAME``): lane -> what its tests may
+#: hold (a real pool, the docs' fixed ``ports``, the network namespaces). A test goes to the
+#: first lane (in this order) that holds all it needs; a test marked ``alongside`` goes to
+#: the ``alongside`` lane, which holds nothing: it uses only its own jobs of the HTCondor and
+#: Slurm pools and no pool setting (no slot limit, no busy partition, no queue it counts as a
+#: whole), so it may run beside the tests that use the same pools.
+POOL_LANES: dict[str, frozenset[str]] = {
+    "ports": frozenset({"ports"}),
+    "sge": frozenset({"sge", "netns"}),
+    "htcondor": frozenset({"htcondor", "ports"}),
+    "slurm": frozenset({"slurm", "sge", "netns"}),
+    "htcondor+slurm": frozenset({"htcondor", "slurm"}),
+    "all": frozenset({"htcondor", "slurm", "sge", "ports", "netns"}),
+    "alongside": frozenset(),
 }
+#: What ``alongside`` tests may use.
+ALONGSIDE_USES = frozenset({"htcondor", "slurm"})
+#: How ``ci/parts.sh`` runs the lanes, one test at a time in each: phase after phase; in a
+#: phase, its tracks side by side; in a track, its lanes one after another. The tracks of a
+#: phase hold nothing in common, so no test shares a queue or a port with a test of another
+#: track.
+POOL_PHASES: tuple[tuple[tuple[str, ...], ...], ...] = (
+    (("htcondor",), ("slurm", "sge"), ("alongside",)),
+    (("htcondor+slurm",), ("ports",)),
+    (("all",),),
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -71,9 +84,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--lane", choices=tuple(POOL_LANES), default=None,
         help="with --part pools: only the pools' tests of this lane (ci/parts.sh runs the "
-        "lanes of a phase side by side: " + "; ".join(
-            f"{name}, phase {phase}: {' '.join(sorted(holds))}"
-            for name, (phase, holds) in POOL_LANES.items()) + ")")
+        "phases one after another, a phase's tracks side by side, a track's lanes (a>b) one "
+        "after another: " + "; ".join(
+            f"phase {number}: " + ", ".join(">".join(track) for track in phase)
+            for number, phase in enumerate(POOL_PHASES, 1)) + "; what each lane holds: "
+        + "; ".join(f"{name}: {' '.join(sorted(holds)) or 'nothing (marker alongside)'}"
+                    for name, holds in POOL_LANES.items()) + ")")
 
 
 def in_pools_part(item: pytest.Item) -> bool:
@@ -89,7 +105,14 @@ def pool_lane(item: pytest.Item) -> str:
              if item.get_closest_marker(system) or fixture in fixtures}
     needs |= {"ports"} if item.get_closest_marker("serial") else set()
     needs |= {"netns"} if item.get_closest_marker("netns") else set()
-    return next(name for name, (_, holds) in POOL_LANES.items() if needs <= holds)
+    if item.get_closest_marker("alongside"):
+        if not needs <= ALONGSIDE_USES:
+            raise pytest.UsageError(
+                f"{getattr(item, 'nodeid', item)}: an 'alongside' test may use only "
+                f"{' and '.join(sorted(ALONGSIDE_USES))} (it uses {', '.join(sorted(needs))}): "
+                "drop the marker")
+        return "alongside"
+    return next(name for name, holds in POOL_LANES.items() if needs <= holds)
 
 
 @pytest.hookimpl(tryfirst=True)

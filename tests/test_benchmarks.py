@@ -61,6 +61,7 @@ def goals(data: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
+@pytest.mark.alongside  # (the benchmark's own jobs, no slot limit)
 @pytest.mark.htcondor
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
@@ -293,6 +294,7 @@ def test_busy_htcondor_compares_over_submission_with_dask_jobqueue(htcondor_pool
     assert [g["met"] in (True, False) for g in goals(data)["B1"]] == [True]
 
 
+@pytest.mark.alongside  # (the benchmark's own jobs, no slot limit)
 @pytest.mark.htcondor
 @pytest.mark.slurm
 @pytest.mark.timeout(600)

@@ -179,6 +179,7 @@ def test_htcondor_reports_its_concurrency_limit_and_a_vacated_job_is_an_eviction
     assert condor_jobs(cluster.name) == []
 
 
+@pytest.mark.alongside  # (its own jobs, the default partition, no slot limit)
 @pytest.mark.slurm
 @pytest.mark.htcondor
 @pytest.mark.timeout(480)
@@ -215,6 +216,7 @@ def test_a_graph_longer_than_three_walltimes_finishes_with_no_task_recomputed(
     assert slurm_jobs(cluster.name) == [] and condor_jobs(cluster.name) == []
 
 
+@pytest.mark.alongside  # (its own jobs, the default partition, no slot limit)
 @pytest.mark.slurm
 @pytest.mark.htcondor
 @pytest.mark.timeout(300)

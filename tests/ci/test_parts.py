@@ -59,9 +59,11 @@ with open(os.path.join(os.environ["RECORD"], "order"), "a") as f:
 sys.exit(int(os.environ.get(f"RC_{run.upper().replace('+', '_')}", "0")))
 """
 
-#: The lanes of the pools' part by phase, as ci/parts.sh runs them.
-PHASES = [["htcondor", "slurm"], ["htcondor+slurm", "sge"], ["all"]]
-LANES = [lane for phase in PHASES for lane in phase]
+#: The lanes of the pools' part by phase (each a list of tracks), as ci/parts.sh runs them.
+PHASES = [[["htcondor"], ["slurm", "sge"], ["alongside"]], [["htcondor+slurm"], ["ports"]],
+          [["all"]]]
+LANES = [lane for phase in PHASES for track in phase for lane in track]
+FIRST = ["rest", "pools-htcondor", "pools-slurm", "pools-alongside"]  # (what starts first)
 
 
 def parts(tmp_path: Path, *extra: str) -> list[str]:
@@ -80,21 +82,19 @@ def codes(rest: int, lanes: int | dict[str, int]) -> dict[str, str]:
 
 
 def test_the_lanes_are_the_conftests_phase_by_phase() -> None:
-    """parts.sh's PHASES are tests/conftest.py's POOL_LANES, and no two lanes of a phase
-    hold a pool, a port or the namespaces in common."""
-    from tests.conftest import POOL_LANES
+    """parts.sh's PHASES are tests/conftest.py's POOL_PHASES, every lane runs once, and no
+    two tracks of a phase hold a pool, a port or the namespaces in common."""
+    from tests.conftest import POOL_LANES, POOL_PHASES
 
     script = (REPO / "ci" / "parts.sh").read_text()
-    assert 'PHASES=("htcondor slurm" "htcondor+slurm sge" "all")' in script
-    by_phase: dict[int, list[str]] = {}
-    for lane, (phase, _) in POOL_LANES.items():
-        by_phase.setdefault(phase, []).append(lane)
-    assert [sorted(lanes) for _, lanes in sorted(by_phase.items())] == [
-        sorted(p) for p in PHASES]
-    for lanes in by_phase.values():
-        for i, one in enumerate(lanes):
-            for other in lanes[i + 1:]:
-                assert not POOL_LANES[one][1] & POOL_LANES[other][1], (one, other)
+    assert 'PHASES=("htcondor slurm>sge alongside" "htcondor+slurm ports" "all")' in script
+    assert [[list(track) for track in phase] for phase in POOL_PHASES] == PHASES
+    assert sorted(LANES) == sorted(POOL_LANES)
+    for phase in POOL_PHASES:
+        holds = [frozenset().union(*(POOL_LANES[lane] for lane in track)) for track in phase]
+        for i, one in enumerate(holds):
+            for other in holds[i + 1:]:
+                assert not one & other, (phase, one, other)
 
 
 @pytest.mark.parametrize("rest, lanes, expected", [
@@ -125,19 +125,27 @@ def test_the_runs_exit_statuses_combine(tmp_path, rest, lanes, expected) -> None
 
 
 def test_a_phase_starts_when_the_one_before_it_has_ended(tmp_path) -> None:
-    """The lanes of a phase run side by side; the next phase waits for the slowest."""
+    """The tracks of a phase run side by side, a track's lanes one after another, and the
+    next phase waits for the slowest track."""
     env = {**os.environ, "RECORD": str(tmp_path), "SECONDS_POOLS-HTCONDOR": "3",
-           "SECONDS_POOLS-SLURM": "2", "SECONDS_POOLS-HTCONDOR_SLURM": "2",
-           "SECONDS_POOLS-SGE": "2"}
+           "SECONDS_POOLS-SLURM": "1", "SECONDS_POOLS-ALONGSIDE": "1",
+           "SECONDS_POOLS-HTCONDOR_SLURM": "2", "SECONDS_POOLS-PORTS": "2"}
     result = subprocess.run(parts(tmp_path), capture_output=True, text=True, timeout=60,
                             env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     order = [line for line in (tmp_path / "order").read_text().splitlines() if "pools-" in line]
     for phase, later in itertools.pairwise(PHASES):
-        starts = [order.index(f"start pools-{lane}") for lane in phase]
-        ends = [order.index(f"end pools-{lane}") for lane in phase]
-        assert max(starts) < min(ends) or len(phase) == 1, order  # (side by side)
-        assert max(ends) < min(order.index(f"start pools-{lane}") for lane in later), order
+        firsts = [order.index(f"start pools-{track[0]}") for track in phase]
+        ends = [order.index(f"end pools-{lane}") for track in phase for lane in track]
+        assert max(firsts) < min(ends) or len(phase) == 1, order  # (side by side)
+        for track in phase:  # (one after another, the next as soon as one has ended)
+            for lane, after in itertools.pairwise(track):
+                assert (order.index(f"end pools-{lane}")
+                        < order.index(f"start pools-{after}")), order
+        assert max(ends) < min(order.index(f"start pools-{track[0]}")
+                               for track in later), order
+    # the Slurm lane ended first: the Grid Engine lane ran while the HTCondor lane still did
+    assert order.index("start pools-sge") < order.index("end pools-htcondor"), order
     assert order[-2:] == ["start pools-all", "end pools-all"]
 
 
@@ -185,7 +193,7 @@ def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) ->
     env = {**os.environ, "RECORD": str(tmp_path), "WAIT": "1"}
     script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    runs = ["rest", "pools-htcondor", "pools-slurm"]  # (the first phase's lanes)
+    runs = FIRST  # (the first lanes of the first phase's tracks)
     try:
         _wait_for_records(tmp_path, runs, "pid")
         script.send_signal(signal.SIGTERM)  # (as ci/test.sh's cleanup stops it)
@@ -198,7 +206,9 @@ def test_stopping_the_parts_interrupts_every_run_and_leaves_nothing(tmp_path) ->
         pid = int((tmp_path / f"{run}.pid").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert not (tmp_path / "pools-sge.args").exists()  # (no later phase started)
+    # (no lane after them started: neither the rest of a track nor a later phase)
+    assert not (tmp_path / "pools-sge.args").exists()
+    assert not (tmp_path / "pools-htcondor+slurm.args").exists()
 
 
 def test_a_run_stopped_while_it_starts_ends_at_once(tmp_path) -> None:
@@ -208,7 +218,7 @@ def test_a_run_stopped_while_it_starts_ends_at_once(tmp_path) -> None:
     env = {**os.environ, "RECORD": str(tmp_path), "STARTUP_S": "300"}
     script = subprocess.Popen(parts(tmp_path), env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    runs = ["rest", "pools-htcondor", "pools-slurm"]
+    runs = FIRST
     try:
         starting = _wait_for_records(tmp_path, runs, "starting")
         stopped = time.monotonic()
@@ -236,18 +246,37 @@ class _Item:
 @pytest.mark.parametrize("markers, fixtures, lane", [
     (("htcondor",), (), "htcondor"), ((), ("htcondor_pool",), "htcondor"),
     (("htcondor", "serial"), (), "htcondor"), (("slurm", "gateway"), (), "slurm"),
-    (("sge", "slurm"), (), "slurm"), (("sge",), (), "sge"), (("serial",), (), "sge"),
+    (("sge", "slurm"), (), "slurm"), (("sge",), (), "sge"), (("serial",), (), "ports"),
     (("netns",), (), "sge"), (("htcondor",), ("slurm_cluster",), "htcondor+slurm"),
-    (("htcondor", "sge"), (), "all"), (("slurm", "serial"), (), "all")])
+    (("htcondor", "sge"), (), "all"), (("slurm", "serial"), (), "all"),
+    (("alongside", "htcondor", "slurm"), (), "alongside"),
+    (("alongside",), ("slurm_cluster",), "alongside")])
 def test_a_pool_test_runs_in_the_lane_that_holds_what_it_uses(markers, fixtures,
                                                                lane) -> None:
-    from tests.conftest import POOL_LANES, pool_lane
+    from tests.conftest import POOL_LANES, POOL_PHASES, pool_lane
 
     assert pool_lane(_Item(*markers, fixtures=fixtures)) == lane
-    phase = POOL_LANES[lane][0]
-    others = [name for name, (p, _) in POOL_LANES.items() if p == phase and name != lane]
-    for other in others:  # (nothing it uses is in another lane of its phase)
-        assert not ({*markers} & POOL_LANES[other][1]), other
+    phase = next(phase for phase in POOL_PHASES if any(lane in track for track in phase))
+    others = [other for track in phase if lane not in track for other in track]
+    uses = {*markers} | {"htcondor" for f in fixtures if f == "htcondor_pool"} | {
+        "slurm" for f in fixtures if f == "slurm_cluster"}
+    if lane != "alongside":  # (nothing it uses is in another track of its phase)
+        for other in others:
+            assert not (uses & POOL_LANES[other]), other
+
+
+@pytest.mark.parametrize("markers", [("alongside", "sge"), ("alongside", "htcondor", "serial"),
+                                     ("alongside", "netns")])
+def test_an_alongside_test_may_use_only_htcondor_and_slurm(markers) -> None:
+    """A test that uses the Grid Engine cell, a fixed port or the namespaces cannot run
+    beside the lanes that hold them: the marker is refused, naming the test and the fix."""
+    from tests.conftest import pool_lane
+
+    item = _Item(*markers)
+    item.nodeid = "tests/x.py::test_y"
+    with pytest.raises(pytest.UsageError, match=r"tests/x.py::test_y: an 'alongside' test "
+                       r"may use only htcondor and slurm .* drop the marker"):
+        pool_lane(item)
 
 
 @pytest.mark.parametrize("stop", ["ctrl-c in the terminal", "term"])
