@@ -59,14 +59,19 @@ def _started_with_cluster(name: str, *argv: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
-@pytest.mark.parametrize("ignores_term", [False, True], ids=["leaves at TERM", "needs KILL"])
+@pytest.mark.parametrize("program, ignores_term", [
+    (["sleep", "600"], False),
+    (["bash", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"], True),
+    # its child (which ignores TERM too) starts while the sweep stops the parent: CI's
+    # busy machine once ran the sweep before bash had started the child above
+    (["bash", "-c", "trap '' TERM; sleep 1; sleep 600 & wait; sleep 600"], True),
+], ids=["leaves at TERM", "needs KILL", "a child started while stopping"])
 def test_the_slurm_sweep_stops_exactly_the_named_clusters_job_processes(
-        ignores_term: bool) -> None:
+        program: list[str], ignores_term: bool) -> None:
     """ci/slurm/down.sh's sweep (what scancel missed: a job's process reparented to init)
-    stops the processes of the named cluster's jobs, and no other."""
+    stops the processes of the named cluster's jobs, and no other, those that start while
+    it stops the others included."""
     name = f"sweeptest{uuid.uuid4().hex[:8]}"
-    program = ["bash", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"] if ignores_term \
-        else ["sleep", "600"]
     ours = _started_with_cluster(name, *program)
     another = _started_with_cluster(name + "x", "sleep", "600")
     try:
