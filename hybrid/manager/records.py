@@ -4,49 +4,64 @@ reconcile ask many times)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
-class CountingDict(dict):
+class NotingDict(dict):
+    """A dict that tells :meth:`_note` the keys each change touches (a ``setdefault`` of a
+    key already there changes nothing, and is not noted)."""
+
+    def _note(self, keys: Iterable[Any]) -> None:
+        raise NotImplementedError
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._note((key,))
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._note((key,))
+        super().__delitem__(key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._note((key,))
+        return super().pop(key, *default)
+
+    def popitem(self) -> Any:
+        key, value = super().popitem()
+        self._note((key,))
+        return key, value
+
+    def setdefault(self, key: Any, value: Any = None) -> Any:
+        if key not in self:
+            self._note((key,))
+        return super().setdefault(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        new = dict(*args, **kwargs)
+        self._note(new)
+        super().update(new)
+
+    def clear(self) -> None:
+        self._note(list(self))
+        super().clear()
+
+    def __ior__(self, other: Any) -> NotingDict:
+        self.update(other)
+        return self
+
+
+class CountingDict(NotingDict):
     """A dict that counts its changes (:attr:`version`): what is derived from it is
     computed once per change, not once per question (an adaptive step asks many times)."""
 
     version = 0
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def _note(self, keys: Iterable[Any]) -> None:
         self.version += 1
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self.version += 1
-        super().__delitem__(key)
-
-    def pop(self, *args: Any) -> Any:
-        self.version += 1
-        return super().pop(*args)
-
-    def popitem(self) -> Any:
-        self.version += 1
-        return super().popitem()
-
-    def setdefault(self, key: Any, value: Any = None) -> Any:
-        self.version += 1
-        return super().setdefault(key, value)  # (counted even when the key was there)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self.version += 1
-        super().update(*args, **kwargs)
-
-    def clear(self) -> None:
-        self.version += 1
-        super().clear()
-
-    def __ior__(self, other: Any) -> CountingDict:
-        self.update(other)
-        return self
 
 
-class ChangeLog(dict):
+class ChangeLog(NotingDict):
     """A dict that remembers the keys set, changed or removed since the last
     :meth:`take_changes` (:class:`~hybrid.manager.lifetime.Lifetimes` looks again only at
     the jobs whose start changed)."""
@@ -55,42 +70,10 @@ class ChangeLog(dict):
         super().__init__(*args, **kwargs)
         self.changed: set[Any] = set(self)
 
+    def _note(self, keys: Iterable[Any]) -> None:
+        self.changed.update(keys)
+
     def take_changes(self) -> set[Any]:
         """The keys changed since the last call (and forget them)."""
         changed, self.changed = self.changed, set()
         return changed
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self.changed.add(key)
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: Any) -> None:
-        self.changed.add(key)
-        super().__delitem__(key)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self.changed.add(key)
-        return super().pop(key, *default)
-
-    def popitem(self) -> Any:
-        key, value = super().popitem()
-        self.changed.add(key)
-        return key, value
-
-    def setdefault(self, key: Any, value: Any = None) -> Any:
-        if key not in self:
-            self.changed.add(key)
-        return super().setdefault(key, value)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        new = dict(*args, **kwargs)
-        self.changed.update(new)
-        super().update(new)
-
-    def clear(self) -> None:
-        self.changed.update(self)
-        super().clear()
-
-    def __ior__(self, other: Any) -> ChangeLog:
-        self.update(other)
-        return self
