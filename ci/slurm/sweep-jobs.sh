@@ -17,8 +17,8 @@ alive() {
     [[ ${stat##*) } != Z* ]]
 }
 
-# find: the pids of the cluster's jobs' processes still alive, in `found`
-find() {
+# find_left: the pids of the cluster's jobs' processes still alive, in `found`
+find_left() {
     local dir pid
     found=()
     for dir in /proc/[0-9]*; do
@@ -56,7 +56,7 @@ stop() {
 # Until a look finds none (a process may start a child while its parent is being stopped;
 # five rounds at most)
 for round in 1 2 3 4 5; do
-    find
+    find_left
     (( ${#found[@]} )) || exit 0
     if (( round == 1 )); then
         log "WARNING: processes of cluster $name's jobs left after the jobs ended, stopping them:"
