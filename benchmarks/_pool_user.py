@@ -1,7 +1,9 @@
 """One benchmark repetition of hybrid on HTCondor with ``job_files: shared``, run AS THE POOL'S
 JOB USER (:func:`benchmarks.realpools.run_as_pool_user`); prints its numbers as one JSON line.
 
-    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR
+    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [nanny]
+
+``nanny`` (scale-up only): the workers start with a nanny and a dashboard each.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ from pathlib import Path
 SHARED = "hybrid.batch.htcondor.shared-directories"
 
 
-def main(benchmark: str, n: str, staging: str, shared: str) -> None:
+def main(benchmark: str, n: str, staging: str, shared: str, *options: str) -> None:
     """The repetition; its numbers on stdout."""
+    unknown = set(options) - {"nanny"}
+    if unknown or (options and benchmark != "scale-up"):
+        raise SystemExit(f"unknown options for {benchmark}: {' '.join(options)}")
     settings = {"hybrid.batch.htcondor.job-files": "shared", SHARED: [shared]}
     if benchmark == "scale-up":
         from benchmarks.launchers import hybrid_once
 
-        numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings)
+        nanny = "nanny" in options
+        numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings,
+                              nanny=nanny, dashboard=nanny)
     else:
         from benchmarks.submit import hybrid_once
 
@@ -28,4 +35,4 @@ def main(benchmark: str, n: str, staging: str, shared: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:])

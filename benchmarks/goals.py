@@ -83,12 +83,14 @@ def floor_goals(results: Results, system: str) -> list[Goal]:
 def like_for_like_goals(results: Results, system: str) -> list[Goal]:
     """Issue 20: hybrid and dask-jobqueue started the same way (both with a nanny and a
     dashboard, both without): <= 0.8x at n=16, <= 1.0x at n=1, 4."""
-    from benchmarks.scaleup import LIKE_FOR_LIKE
+    from benchmarks.scaleup import LIKE_FOR_LIKE, runs_on
 
     out = []
     for config in _sizes(results, system):
         limit = 0.8 if config == "n=16" else 1.0
         for ours, theirs in LIKE_FOR_LIKE:
+            if not runs_on(ours, system):
+                continue
             r = ratio(results.find("scale-up", system, config, ours),
                       results.find("scale-up", system, config, theirs))
             out.append(Goal("L1", f"{system} {config}: {ours} <= {limit}x {theirs}", _x(r),

@@ -197,17 +197,18 @@ def shared_problem() -> str | None:
     return None
 
 
-def run_as_pool_user(benchmark: str, n: int, timeout: float) -> dict[str, float]:
+def run_as_pool_user(benchmark: str, n: int, timeout: float,
+                     options: list[str] | None = None) -> dict[str, float]:
     """One repetition of ``benchmark`` (``scale-up``/``submit``) of hybrid with
     ``job_files: shared``, run by the pool's job user in a home of its own in the shared
-    filesystem (:mod:`benchmarks._pool_user`); its numbers."""
+    filesystem (:mod:`benchmarks._pool_user`, which reads ``options``); its numbers."""
     import json
     import sys
 
     home = shared_home()
     try:
         argv = [sys.executable, "-m", "benchmarks._pool_user", benchmark, str(n),
-                str(home / "jobs"), str(shared_dir())]
+                str(home / "jobs"), str(shared_dir()), *(options or [])]
         result = subprocess.run(as_pool_user(argv, home), cwd=Path(__file__).resolve().parents[1],
                                 capture_output=True, text=True, timeout=timeout)
     finally:

@@ -11,8 +11,13 @@ Variants, each one repetition per configuration (system, n), interleaved:
   watch the worker's memory (every 0.5 s): what the watch costs.
 - ``hybrid with nanny``: the same as ``hybrid`` with a nanny and a dashboard per worker, as
   dask-jobqueue's.
+- ``hybrid with nanny (fork)``: the same as ``hybrid with nanny`` with Dask's
+  ``distributed.worker.multiprocessing-method: fork`` for the workers: each nanny forks its
+  worker instead of spawning a fresh python that imports Dask again.
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
   pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
+- ``hybrid shared fs with nanny`` (HTCondor only): the same with a nanny and a dashboard per
+  worker: started as dask-jobqueue's, whose HTCondor jobs read their files in place too.
 - ``dask-jobqueue`` (D): ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with its
   defaults (a nanny and a dashboard per worker).
 - ``dask-jobqueue without nanny``: the same with ``nanny=False`` and ``--no-dashboard``, as
@@ -59,11 +64,16 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("hybrid", launchers.hybrid_once),
     Variant("hybrid (plain TCP)", lambda s, n, d: launchers.hybrid_once(s, n, d, tls=False)),
     Variant("hybrid without memory watch", lambda s, n, d: launchers.hybrid_once(
-        s, n, d, settings={"hybrid.worker-dask-config": {
-            "distributed.worker.memory.terminate": False}})),
+        s, n, d, settings=launchers.worker_dask_config(
+            {"distributed.worker.memory.terminate": False}))),
     Variant("hybrid with nanny", lambda s, n, d: launchers.hybrid_once(
         s, n, d, nanny=True, dashboard=True)),
+    Variant("hybrid with nanny (fork)", lambda s, n, d: launchers.hybrid_once(
+        s, n, d, nanny=True, dashboard=True, settings=launchers.worker_dask_config(
+            {"distributed.worker.multiprocessing-method": "fork"}))),
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
+    Variant("hybrid shared fs with nanny", lambda s, n, d: launchers.hybrid_shared_once(
+        s, n, d, nanny=True), ("htcondor",), "shared"),
     Variant("dask-jobqueue", launchers.jobqueue_once, needs="dask-jobqueue"),
     Variant("dask-jobqueue without nanny", lambda s, n, d: launchers.jobqueue_once(
         s, n, d, nanny=False, dashboard=False), needs="dask-jobqueue"),
@@ -76,8 +86,18 @@ VARIANTS: tuple[Variant, ...] = (
 #: The variants' names, in the order of the tables.
 NAMES = tuple(v.name for v in VARIANTS)
 #: Like-for-like pairs: (hybrid's variant, dask-jobqueue's variant started the same way).
+#: On HTCondor, dask-jobqueue's jobs read their files in place: ``hybrid shared fs`` is
+#: hybrid's mode for that, its default (spooled and transferred) is shown too.
 LIKE_FOR_LIKE = (("hybrid with nanny", "dask-jobqueue"),
-                 ("hybrid", "dask-jobqueue without nanny"))
+                 ("hybrid with nanny (fork)", "dask-jobqueue"),
+                 ("hybrid shared fs with nanny", "dask-jobqueue"),
+                 ("hybrid", "dask-jobqueue without nanny"),
+                 ("hybrid shared fs", "dask-jobqueue without nanny"))
+
+
+def runs_on(variant: str, system: str) -> bool:
+    """Whether ``variant`` is measured on ``system`` at all."""
+    return any(v.name == variant and system in v.systems for v in VARIANTS)
 
 
 def schedule(systems: list[str], sizes: list[int], repeats: int,
@@ -213,6 +233,8 @@ def summary(results: Results) -> str:
              ("hybrid", "dask-jobqueue", "hybrid / D"),
              ("hybrid shared fs", "dask-jobqueue", "shared fs / D"),
              ("hybrid with nanny", "dask-jobqueue", "with nanny / D (like for like)"),
+             ("hybrid with nanny (fork)", "dask-jobqueue", "with nanny (fork) / D"),
+             ("hybrid shared fs with nanny", "dask-jobqueue", "shared fs with nanny / D"),
              ("hybrid", "dask-jobqueue without nanny", "hybrid / D without nanny (like for like)")]
     lines += ["", "Ratios of the medians, from submit (post-match):", "",
               "| system | n | " + " | ".join(p[2] for p in pairs) + " |",

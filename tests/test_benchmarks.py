@@ -19,7 +19,7 @@ from typing import Any
 import htcondor2
 import pytest
 
-from benchmarks.scaleup import NAMES, schedule
+from benchmarks.scaleup import NAMES, runs_on, schedule
 from tests.batch.test_real_pools import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,8 @@ def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cl
     seen = variants(data, "scale-up")
     for system in ("htcondor", "slurm"):
         for variant in NAMES:
-            if variant == "hybrid shared fs" and system == "slurm":
+            if not runs_on(variant, system):
+                assert (system, "n=2", variant) not in seen, (system, variant)
                 continue
             assert (system, "n=2", variant) in seen, (system, variant, seen)
             # every variant's post-match time: its first match was found
@@ -79,6 +80,7 @@ def test_scale_up_measures_every_variant_on_both_systems(htcondor_pool, slurm_cl
         for benchmark in ("close", "queue empty after close"):
             assert (system, "n=2", "hybrid") in variants(data, benchmark)
     assert ("slurm", "n=2", "hybrid shared fs") not in seen
+    assert not runs_on("hybrid shared fs with nanny", "slurm")
     # the post-match time is a part of the time from submit, the rest the wait for the match
     for m in data["measures"]:
         if m["benchmark"] == "scale-up" and m["samples"]:
@@ -96,8 +98,9 @@ def test_scale_up_order_really_rotates():
     """Consecutive configurations start with different variants, each configuration starts
     with another variant in its next repetition, and every variant runs once per
     configuration and repetition (issue 27: the order used never to change)."""
-    per_system = {"htcondor": list(NAMES),
-                  "slurm": [n for n in NAMES if n != "hybrid shared fs"]}
+    per_system = {system: [n for n in NAMES if runs_on(n, system)]
+                  for system in ("htcondor", "slurm")}
+    assert "hybrid shared fs" not in per_system["slurm"]
     for sizes in ([1, 4, 16], [2], [1, 4]):
         for systems in (["htcondor", "slurm"], ["slurm"], ["htcondor"]):
             order = list(schedule(systems, sizes, 8, per_system))
@@ -167,7 +170,7 @@ def test_grid_engine_scale_up_beside_sgecluster_on_the_same_cell(sge_cell, tmp_p
     data = run_benchmark("scale-up", tmp_path, "--systems", "sge", timeout=580)
     seen = variants(data, "scale-up")
     for variant in NAMES:
-        if variant == "hybrid shared fs":
+        if not runs_on(variant, "sge"):
             assert ("sge", "n=2", variant) not in seen
             continue
         assert ("sge", "n=2", variant) in seen, (variant, seen)
@@ -312,3 +315,42 @@ def test_busy_spill_over_from_slurm_to_htcondor_is_measured(htcondor_pool, slurm
     assert not variants(data, "busy: over-submission")
     verdicts = goals(data)
     assert [g["met"] in (True, False) for g in verdicts["B3"]] == [True]
+
+
+def test_like_for_like_goals_read_each_systems_own_variants():
+    """L1's verdicts: n = 16 is held to 0.8x, n = 1 and 4 to 1.0x; a pair whose hybrid
+    variant never runs on the system (the shared-filesystem modes off HTCondor) gives no
+    verdict there, one that should have run but did not is said to be missing."""
+    from benchmarks.goals import like_for_like_goals
+    from benchmarks.harness import Results
+
+    results = Results()
+    for system in ("htcondor", "slurm"):
+        for config, ours, theirs in (("n=1", 0.9, 1.0), ("n=16", 8.5, 10.0)):
+            results.measure("scale-up", system, config, "dask-jobqueue").samples.append(theirs)
+            results.measure("scale-up", system, config,
+                            "hybrid with nanny").samples.append(ours)
+    results.measure("scale-up", "htcondor", "n=1",
+                    "hybrid shared fs with nanny").samples.append(1.2)
+    htcondor = {g.text: g for g in like_for_like_goals(results, "htcondor")}
+    slurm = {g.text: g for g in like_for_like_goals(results, "slurm")}
+    assert htcondor["htcondor n=1: hybrid with nanny <= 1.0x dask-jobqueue"].met is True
+    assert htcondor["htcondor n=16: hybrid with nanny <= 0.8x dask-jobqueue"].met is False
+    assert htcondor["htcondor n=1: hybrid shared fs with nanny <= 1.0x dask-jobqueue"].met \
+        is False
+    missing = htcondor["htcondor n=16: hybrid shared fs with nanny <= 0.8x dask-jobqueue"]
+    assert missing.met is None and missing.why == "a variant did not run"
+    assert not [text for text in slurm if "shared fs" in text]
+    assert "slurm n=1: hybrid with nanny (fork) <= 1.0x dask-jobqueue" in slurm
+
+
+def test_worker_dask_config_keeps_hybrids_own_worker_settings():
+    """A variant that adds one worker setting keeps those hybrid exports by default (the
+    memory-watch variant once replaced them all)."""
+    from benchmarks.launchers import worker_dask_config
+
+    settings = worker_dask_config({"distributed.worker.multiprocessing-method": "fork"})
+    exported = settings["hybrid.worker-dask-config"]
+    assert exported["distributed.worker.multiprocessing-method"] == "fork"
+    assert exported["distributed.worker.daemon"] is False
+    assert exported["distributed.comm.timeouts.connect"] == "60s"

@@ -59,7 +59,7 @@ from hybrid.kubernetes.settings import (
     pod_state,
 )
 from hybrid.units import walltime_seconds
-from hybrid.worker import Connection, TLSFiles, read_pem, worker_commands
+from hybrid.worker import Connection, TLSFiles, process_environment, read_pem, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -205,7 +205,10 @@ class KubernetesPods(BatchSystem):
             {"name": "HYBRID_WORKER_NAME",
              "value": escape_expansion(job.name_prefix) + "-$(HYBRID_JOB_ID)"},
         ]
-        variables = {**config.worker_dask_environment(), **settings.env, **spec.env}
+        given = {**settings.env, **spec.env}
+        process = process_environment(given)  # a container's env is set, not defaulted
+        variables = {**config.worker_dask_environment(), **process.unless_set,
+                     **process.always, **given}
         env += [{"name": k, "value": escape_expansion(v)} for k, v in variables.items()]
         amounts = {"cpu": str(spec.cores)}
         if spec.memory:

@@ -23,8 +23,16 @@ case $HYBRID_JOB_ID in
     *) hybrid_suffix=$HYBRID_JOB_ID ;;
 esac
 exec >>/scratch/hybrid/jobs/demo-pool-0a1b2c3d/worker-"$hybrid_suffix".log 2>&1
+# As a nanny does for its worker (distributed.nanny.pre-spawn-environ), where not set already:
+[ -n "${MALLOC_TRIM_THRESHOLD_+set}" ] || MALLOC_TRIM_THRESHOLD_=65536
+export MALLOC_TRIM_THRESHOLD_
+[ -n "${MKL_NUM_THREADS+set}" ] || MKL_NUM_THREADS=1
+export MKL_NUM_THREADS
+[ -n "${OPENBLAS_NUM_THREADS+set}" ] || OPENBLAS_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
+export PYTHONHASHSEED=6640
 export OMP_NUM_THREADS=4
 # --- setup commands given by the user ---
 module load cuda/12.2

@@ -24,9 +24,19 @@ case $HYBRID_JOB_ID in
     *) hybrid_suffix=$HYBRID_JOB_ID ;;
 esac
 exec >>/home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/worker-"$hybrid_suffix".log 2>&1
+# As a nanny does for its worker (distributed.nanny.pre-spawn-environ), where not set already:
+[ -n "${MALLOC_TRIM_THRESHOLD_+set}" ] || MALLOC_TRIM_THRESHOLD_=65536
+export MALLOC_TRIM_THRESHOLD_
+[ -n "${OMP_NUM_THREADS+set}" ] || OMP_NUM_THREADS=1
+export OMP_NUM_THREADS
+[ -n "${MKL_NUM_THREADS+set}" ] || MKL_NUM_THREADS=1
+export MKL_NUM_THREADS
+[ -n "${OPENBLAS_NUM_THREADS+set}" ] || OPENBLAS_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP=120s
+export PYTHONHASHSEED=6640
 export OE_LICENSE=/secrets/oe
 chmod 600 /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/ca.pem /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/cert.pem /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/key.pem
 # --- setup commands given by the user ---

@@ -1,0 +1,61 @@
+"""Workers of one cluster hash strings alike, with a nanny or without (hybrid's default).
+
+A nanny gives its worker ``PYTHONHASHSEED=6640`` (dask/distributed#4141, #8400) and the rest of
+``distributed.nanny.pre-spawn-environ`` (trim freed memory, one OpenMP/BLAS thread per task
+thread). A worker started without one (``dask worker --no-nanny``, hybrid's default) had
+none of that: each hashed strings its own way, so what a user's code splits by ``hash``
+landed in different buckets on different workers. Each job now exports that environment
+itself.
+
+REAL scheduler and workers: a ``local`` pool runs the job scripts as local processes.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.bag as db
+import pytest
+
+from hybrid import HybridCluster
+
+QUICK = {"hybrid.batch.poll-interval": "0.5s"}
+
+
+def _environment() -> dict[str, str | None]:
+    import os
+
+    names = ("PYTHONHASHSEED", "MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")
+    return {name: os.environ.get(name) for name in names}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
+def test_a_groupby_over_several_workers_sees_each_key_once(nanny, staging) -> None:
+    with dask.config.set(QUICK), HybridCluster() as cluster:
+        cluster.add_pool("w", "local", nanny=nanny)
+        cluster.scale(3)
+        cluster.wait_for_workers(3, timeout=120, progress=False)
+        with cluster.get_client() as client:
+            seeds = client.run(_environment)
+            assert len(seeds) == 3
+            for environment in seeds.values():
+                assert environment["PYTHONHASHSEED"] == "6640"  # distributed's own value
+                assert environment["MALLOC_TRIM_THRESHOLD_"] == "65536"
+                assert environment["OMP_NUM_THREADS"] == "1"
+            assert len(set(client.run(hash, "hybrid").values())) == 1
+            # a user's own partitioning by hash, as tasks spread over the workers
+            words = [f"word-{i % 7}" for i in range(63)]
+            buckets = db.from_sequence(words, npartitions=9).map(
+                lambda w: (w, hash(w) % 5)).distinct().compute(scheduler=client)
+            assert len(buckets) == 7  # each word in one bucket, whichever worker hashed it
+
+
+def test_a_pool_env_overrides_the_nanny_environment(staging) -> None:
+    """The user's ``env`` wins over the exported defaults, in the rendered job script."""
+    with dask.config.set(QUICK), HybridCluster() as cluster:
+        cluster.add_pool("w", "slurm", walltime="00:10", env={"OMP_NUM_THREADS": "8"})
+        script = cluster.job_script("w")
+    assert "export PYTHONHASHSEED=6640" in script
+    assert '[ -n "${MALLOC_TRIM_THRESHOLD_+set}" ] || MALLOC_TRIM_THRESHOLD_=65536' in script
+    assert "export OMP_NUM_THREADS=8" in script
+    assert "OMP_NUM_THREADS=1" not in script
