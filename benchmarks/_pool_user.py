@@ -1,9 +1,10 @@
 """One benchmark repetition of hybrid on HTCondor with ``job_files: shared``, run AS THE POOL'S
 JOB USER (:func:`benchmarks.realpools.run_as_pool_user`); prints its numbers as one JSON line.
 
-    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [nanny]
+    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [nanny] [fork]
 
-``nanny`` (scale-up only): the workers start with a nanny and a dashboard each.
+``nanny`` (scale-up only): the workers start with a nanny and a dashboard each; ``fork``:
+each nanny forks its worker (``distributed.worker.multiprocessing-method: fork``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ SHARED = "hybrid.batch.htcondor.shared-directories"
 
 def main(benchmark: str, n: str, staging: str, shared: str, *options: str) -> None:
     """The repetition; its numbers on stdout."""
-    unknown = set(options) - {"nanny"}
+    unknown = set(options) - {"nanny", "fork"}
     if unknown or (options and benchmark != "scale-up"):
         raise SystemExit(f"unknown options for {benchmark}: {' '.join(options)}")
     settings = {"hybrid.batch.htcondor.job-files": "shared", SHARED: [shared]}
     if benchmark == "scale-up":
-        from benchmarks.launchers import hybrid_once
+        from benchmarks.launchers import FORK, hybrid_once, worker_dask_config
 
+        if "fork" in options:
+            settings.update(worker_dask_config(FORK))
         nanny = "nanny" in options
         numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings,
                               nanny=nanny, dashboard=nanny)

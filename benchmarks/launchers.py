@@ -65,6 +65,10 @@ def _match_of(system: str, ids: Callable[[], list[str]]) -> float | None:
 
 
 # --------------------------------------------------------------------------- hybrid
+#: Worker settings with which each nanny forks its worker instead of spawning a python.
+FORK = {"distributed.worker.multiprocessing-method": "fork"}
+
+
 def worker_dask_config(extra: dict[str, Any]) -> dict[str, Any]:
     """Settings that add ``extra`` to the workers' Dask settings
     (``hybrid.worker-dask-config``), keeping the ones hybrid exports by default."""
@@ -121,16 +125,16 @@ def _in_queue_hybrid(system: str, cluster: str) -> int:
     return realpools.slurm_in_queue(comment_prefix=f"{TAG}:{cluster}:")
 
 
-def hybrid_shared_once(system: str, n: int, staging: Path, *,
-                       nanny: bool = False) -> dict[str, float]:
+def hybrid_shared_once(system: str, n: int, staging: Path, *, nanny: bool = False,
+                       fork: bool = False) -> dict[str, float]:
     """hybrid on HTCondor with its files read in place (``job_files: shared``), run by the
     pool's job user from a staging directory in the pool's shared filesystem, as a site's
     user would (:func:`benchmarks.realpools.run_as_pool_user`); ``nanny``: with a nanny and
-    a dashboard per worker."""
+    a dashboard per worker; ``fork``: each nanny forks its worker (:data:`FORK`)."""
     if system != "htcondor":
         raise ValueError("the shared-filesystem variant is HTCondor's")
     return realpools.run_as_pool_user("scale-up", n, timeout=WAIT + 200,
-                                      options=["nanny"] if nanny else [])
+                                      options=["nanny"] * nanny + ["fork"] * fork)
 
 
 # --------------------------------------------------------------------------- dask-jobqueue

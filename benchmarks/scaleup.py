@@ -17,7 +17,8 @@ Variants, each one repetition per configuration (system, n), interleaved:
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
   pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
 - ``hybrid shared fs with nanny`` (HTCondor only): the same with a nanny and a dashboard per
-  worker: started as dask-jobqueue's, whose HTCondor jobs read their files in place too.
+  worker: started as dask-jobqueue's, whose HTCondor jobs read their files in place too;
+  ``hybrid shared fs with nanny (fork)``: and each nanny forks its worker.
 - ``dask-jobqueue`` (D): ``HTCondorCluster`` / ``SLURMCluster`` / ``SGECluster`` with its
   defaults (a nanny and a dashboard per worker).
 - ``dask-jobqueue without nanny``: the same with ``nanny=False`` and ``--no-dashboard``, as
@@ -69,11 +70,13 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("hybrid with nanny", lambda s, n, d: launchers.hybrid_once(
         s, n, d, nanny=True, dashboard=True)),
     Variant("hybrid with nanny (fork)", lambda s, n, d: launchers.hybrid_once(
-        s, n, d, nanny=True, dashboard=True, settings=launchers.worker_dask_config(
-            {"distributed.worker.multiprocessing-method": "fork"}))),
+        s, n, d, nanny=True, dashboard=True,
+        settings=launchers.worker_dask_config(launchers.FORK))),
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
     Variant("hybrid shared fs with nanny", lambda s, n, d: launchers.hybrid_shared_once(
         s, n, d, nanny=True), ("htcondor",), "shared"),
+    Variant("hybrid shared fs with nanny (fork)", lambda s, n, d: launchers.hybrid_shared_once(
+        s, n, d, nanny=True, fork=True), ("htcondor",), "shared"),
     Variant("dask-jobqueue", launchers.jobqueue_once, needs="dask-jobqueue"),
     Variant("dask-jobqueue without nanny", lambda s, n, d: launchers.jobqueue_once(
         s, n, d, nanny=False, dashboard=False), needs="dask-jobqueue"),
@@ -91,6 +94,7 @@ NAMES = tuple(v.name for v in VARIANTS)
 LIKE_FOR_LIKE = (("hybrid with nanny", "dask-jobqueue"),
                  ("hybrid with nanny (fork)", "dask-jobqueue"),
                  ("hybrid shared fs with nanny", "dask-jobqueue"),
+                 ("hybrid shared fs with nanny (fork)", "dask-jobqueue"),
                  ("hybrid", "dask-jobqueue without nanny"),
                  ("hybrid shared fs", "dask-jobqueue without nanny"))
 
@@ -235,6 +239,8 @@ def summary(results: Results) -> str:
              ("hybrid with nanny", "dask-jobqueue", "with nanny / D (like for like)"),
              ("hybrid with nanny (fork)", "dask-jobqueue", "with nanny (fork) / D"),
              ("hybrid shared fs with nanny", "dask-jobqueue", "shared fs with nanny / D"),
+             ("hybrid shared fs with nanny (fork)", "dask-jobqueue",
+              "shared fs with nanny (fork) / D"),
              ("hybrid", "dask-jobqueue without nanny", "hybrid / D without nanny (like for like)")]
     lines += ["", "Ratios of the medians, from submit (post-match):", "",
               "| system | n | " + " | ".join(p[2] for p in pairs) + " |",
