@@ -28,10 +28,26 @@ def _environment() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in names}
 
 
+FORK = {"hybrid.worker-dask-config": {
+    **dask.config.get("hybrid.worker-dask-config"),
+    "distributed.worker.multiprocessing-method": "fork"}}
+
+
+def _start_method() -> str:
+    """How this worker's process was started by its nanny: a spawned python runs
+    multiprocessing's ``spawn_main``; a forked one keeps the nanny's command line."""
+    import psutil
+
+    return "spawn" if "--multiprocessing-fork" in psutil.Process().cmdline() else "fork"
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("nanny", [False, True], ids=["no-nanny", "nanny"])
-def test_a_groupby_over_several_workers_sees_each_key_once(nanny, staging) -> None:
-    with dask.config.set(QUICK), HybridCluster() as cluster:
+@pytest.mark.parametrize(("nanny", "settings"), [(False, {}), (True, {}), (True, FORK)],
+                         ids=["no-nanny", "nanny", "nanny-forking-its-worker"])
+def test_workers_hash_alike_and_get_the_nanny_environment(nanny, settings, staging) -> None:
+    """(A nanny that forks its worker, docs/pools.md's faster start, passes on what the job
+    exported: the same environment.)"""
+    with dask.config.set({**QUICK, **settings}), HybridCluster() as cluster:
         cluster.add_pool("w", "local", nanny=nanny)
         cluster.scale(3)
         cluster.wait_for_workers(3, timeout=120, progress=False)
@@ -48,6 +64,9 @@ def test_a_groupby_over_several_workers_sees_each_key_once(nanny, staging) -> No
             buckets = db.from_sequence(words, npartitions=9).map(
                 lambda w: (w, hash(w) % 5)).distinct().compute(scheduler=client)
             assert len(buckets) == 7  # each word in one bucket, whichever worker hashed it
+            if nanny:  # the workers are the nannies' children, started the configured way
+                method = "fork" if settings else "spawn"
+                assert set(client.run(_start_method).values()) == {method}
 
 
 def test_a_pool_env_overrides_the_nanny_environment(staging) -> None:
