@@ -87,7 +87,7 @@ def bare_worker_jobs(system: str, n: int, *, tls: bool = False) -> dict[str, flo
             else:
                 _slurm_bare_workers(address, n, marker, directory, options)
             client.wait_for_workers(n, timeout=WAIT)
-            connected = postmatch.now()
+            connected = postmatch.registered(client, n, postmatch.now())
             match = postmatch.first_match(system, _ids(system, marker))
             closing = postmatch.now()
             _remove(system, marker)

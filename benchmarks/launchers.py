@@ -98,7 +98,7 @@ def hybrid_once(system: str, n: int, staging: Path, *, nanny: bool = False,
                 start = postmatch.now()
                 cluster.scale(n)
                 client.wait_for_workers(n, timeout=WAIT)
-                connected = postmatch.now()
+                connected = postmatch.registered(client, n, postmatch.now())
             match = _match_of(system, lambda: _ids_hybrid(system, name))
         finally:
             closing = postmatch.now()
@@ -195,7 +195,7 @@ def jobqueue_once(system: str, n: int, staging: Path, *, nanny: bool = True,
             start = postmatch.now()
             cluster.scale(n)
             client.wait_for_workers(n, timeout=WAIT)
-            connected = postmatch.now()
+            connected = postmatch.registered(client, n, postmatch.now())
         match = _match_of(system, ids)
     finally:
         closing = postmatch.now()

@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -34,6 +35,20 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 def now() -> float:
     """Seconds since boot: the clock process start times are given in."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def registered(client: Any, n: int, noticed: float) -> float:
+    """When the scheduler registered the ``n``-th worker, in :func:`now`'s clock: its own
+    ``add-worker`` events (scheduler and benchmark share this machine's clock), not when
+    ``client.wait_for_workers`` noticed, which asks only every 0.1 s, so that a variant whose
+    first match keeps one phase of that polling gains or loses up to 0.1 s. ``noticed``
+    (the :func:`now` at which the wait returned) bounds it, and stands in without events."""
+    events = client.get_events("all")
+    times = sorted(t for t, message in events
+                   if isinstance(message, dict) and message.get("action") == "add-worker")
+    if len(times) < n:
+        return noticed
+    return min(times[n - 1] + (now() - time.time()), noticed)
 
 
 def _start(pid: str) -> float | None:

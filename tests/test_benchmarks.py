@@ -354,3 +354,22 @@ def test_worker_dask_config_keeps_hybrids_own_worker_settings():
     assert exported["distributed.worker.multiprocessing-method"] == "fork"
     assert exported["distributed.worker.daemon"] is False
     assert exported["distributed.comm.timeouts.connect"] == "60s"
+
+
+def test_connected_is_when_the_scheduler_registered_the_last_worker():
+    """The scale-up's end is the scheduler's own ``add-worker`` event of the n-th worker (a
+    REAL scheduler and workers), not the client's 0.1 s polling: it lies between the start
+    and the moment the wait returned, and without events the wait's moment stands."""
+    from distributed import Client, LocalCluster
+
+    from benchmarks import postmatch
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        start = postmatch.now()
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=60)
+        noticed = postmatch.now()  # after the poll that saw both: after they registered
+        connected = postmatch.registered(client, 2, noticed)
+        assert start < connected < noticed
+        assert postmatch.registered(client, 3, noticed) == noticed  # no third worker
