@@ -193,6 +193,13 @@ def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironme
     if not isinstance(configured, dict):
         raise ConfigurationError("distributed.nanny.pre-spawn-environ", configured,
                                  "a mapping of environment variables to values")
+    import re
+
+    for name, value in configured.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or "\0" in str(value):
+            raise ConfigurationError(f"distributed.nanny.pre-spawn-environ[{name!r}]", value,
+                                     "environment variable names (letters, digits, _) "
+                                     "with plain values")
     unless_set = {str(k): str(v) for k, v in configured.items()
                   if v is not None and k != "PYTHONHASHSEED" and k not in given}
     seed = configured.get("PYTHONHASHSEED")

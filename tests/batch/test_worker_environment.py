@@ -78,3 +78,16 @@ def test_a_pool_env_overrides_the_nanny_environment(staging) -> None:
     assert '[ -n "${MALLOC_TRIM_THRESHOLD_+set}" ] || MALLOC_TRIM_THRESHOLD_=65536' in script
     assert "export OMP_NUM_THREADS=8" in script
     assert "OMP_NUM_THREADS=1" not in script
+
+
+@pytest.mark.parametrize("environ", ["not a mapping", {"BAD NAME": 1}],
+                         ids=["not-a-mapping", "not-a-variable-name"])
+def test_a_bad_pre_spawn_environ_is_refused_by_add_pool(environ, staging) -> None:
+    """It lands in every job script: refused at the edge, naming the key, nothing staged."""
+    from hybrid.errors import ConfigurationError
+
+    with HybridCluster() as cluster:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
+                pytest.raises(ConfigurationError, match="pre-spawn-environ"):
+            cluster.add_pool("w", "slurm", walltime="00:10")
+        assert "w" not in cluster.pools
