@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,49 @@ def worker_dask_environment() -> dict[str, str]:
         name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in parts)
         env[name] = str(value)
     return env
+
+
+#: The hash seed a nanny gives its worker (distributed's own, dask/distributed#8400).
+NANNY_HASH_SEED = "6640"
+
+
+@dataclass(frozen=True)
+class ProcessEnvironment:
+    """What a nanny sets in its worker's environment before starting it, which every job
+    sets for its worker itself, so that workers without a nanny (hybrid's default) behave as
+    Dask's nanny workers do: ``always`` is exported as is; ``unless_set`` only where the job's
+    environment (the batch system, the site) has not set the variable, as the nanny does."""
+
+    always: dict[str, str]
+    unless_set: dict[str, str]
+
+
+def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironment:
+    """The environment of :class:`ProcessEnvironment`, from Dask's
+    ``distributed.nanny.pre-spawn-environ`` (trim freed memory, one BLAS/OpenMP thread per
+    task thread) and the nanny's ``PYTHONHASHSEED``: without it each worker hashes strings
+    its own way, and what a user's code partitions by ``hash`` differs between workers.
+    Names in ``given`` (the pool's ``env``) are left to it."""
+    import dask
+
+    from hybrid.errors import ConfigurationError
+
+    given = given or {}
+    configured = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    if not isinstance(configured, dict):
+        raise ConfigurationError("distributed.nanny.pre-spawn-environ", configured,
+                                 "a mapping of environment variables to values")
+    for name, value in configured.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or "\0" in str(value):
+            raise ConfigurationError(f"distributed.nanny.pre-spawn-environ[{name!r}]", value,
+                                     "environment variable names (letters, digits, _) "
+                                     "with plain values")
+    unless_set = {str(k): str(v) for k, v in configured.items()
+                  if v is not None and k != "PYTHONHASHSEED" and k not in given}
+    seed = configured.get("PYTHONHASHSEED")
+    seed = NANNY_HASH_SEED if seed in (None, 0, "0") else str(seed)
+    always = {} if "PYTHONHASHSEED" in given else {"PYTHONHASHSEED": seed}
+    return ProcessEnvironment(always, unless_set)
 
 
 def staging_root() -> Path:

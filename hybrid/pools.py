@@ -528,13 +528,12 @@ def check_job_settings() -> None:
     of a reconcile in the background."""
     from hybrid.config import staging_root
     from hybrid.templates import template_directories
-    from hybrid.worker import process_environment
 
     for key in ("batch.tag", "batch.poll-interval", "batch.stuck-timeout",
                 "batch.max-failures", "batch.held-jobs"):
         config.get(key, None)
     config.worker_dask_environment()
-    process_environment()
+    config.process_environment()
     template_directories()
     staging_root()
 

@@ -40,7 +40,7 @@ from hybrid.errors import BatchError, ToolMissing
 from hybrid.fields import validate
 from hybrid.gpusharing import starts_mps
 from hybrid.units import hhmm
-from hybrid.worker import TLSFiles, memory_watch, process_environment, worker_commands
+from hybrid.worker import TLSFiles, memory_watch, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -248,7 +248,7 @@ class BatchSystem(abc.ABC):
                                              self.worker_listen_host(job))
         # a nanny watches the memory where the command has one (GPU sharing's processes too)
         nannies = any("--nanny" in c.arguments for c in (worker, worker_mps) if c is not None)
-        process = process_environment(job.spec.env)
+        process = config.process_environment(job.spec.env)
         watch = None if nannies else memory_watch(job.spec, job.connection)
         return {
             "job": job,

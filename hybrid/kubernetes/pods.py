@@ -59,7 +59,7 @@ from hybrid.kubernetes.settings import (
     pod_state,
 )
 from hybrid.units import walltime_seconds
-from hybrid.worker import Connection, TLSFiles, process_environment, read_pem, worker_commands
+from hybrid.worker import Connection, TLSFiles, read_pem, worker_commands
 
 if TYPE_CHECKING:
     from hybrid.checks import CheckResult
@@ -206,7 +206,7 @@ class KubernetesPods(BatchSystem):
              "value": escape_expansion(job.name_prefix) + "-$(HYBRID_JOB_ID)"},
         ]
         given = {**settings.env, **spec.env}
-        process = process_environment(given)  # a container's env is set, not defaulted
+        process = config.process_environment(given)  # a container's env is set, not defaulted
         variables = {**config.worker_dask_environment(), **process.unless_set,
                      **process.always, **given}
         env += [{"name": k, "value": escape_expansion(v)} for k, v in variables.items()]
