@@ -210,17 +210,17 @@ def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironme
     import dask
 
     from hybrid.errors import ConfigurationError
+    from hybrid.fields import EnvName, validate_value
 
+    key = "distributed.nanny.pre-spawn-environ"
     given = given or {}
-    configured = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    configured = dask.config.get(key, {}) or {}
     if not isinstance(configured, dict):
-        raise ConfigurationError("distributed.nanny.pre-spawn-environ", configured,
-                                 "a mapping of environment variables to values")
+        raise ConfigurationError(key, configured, "a mapping of environment variables to values")
     for name, value in configured.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)) or "\0" in str(value):
-            raise ConfigurationError(f"distributed.nanny.pre-spawn-environ[{name!r}]", value,
-                                     "environment variable names (letters, digits, _) "
-                                     "with plain values")
+        validate_value(EnvName, name, f"{key}[{name!r}]")
+        if "\0" in str(value):
+            raise ConfigurationError(f"{key}[{name!r}]", value, "a value without a NUL byte")
     unless_set = {str(k): str(v) for k, v in configured.items()
                   if v is not None and k != "PYTHONHASHSEED" and k not in given}
     seed = configured.get("PYTHONHASHSEED")
