@@ -1,10 +1,12 @@
 """One benchmark repetition of hybrid on HTCondor with ``job_files: shared``, run AS THE POOL'S
 JOB USER (:func:`benchmarks.realpools.run_as_pool_user`); prints its numbers as one JSON line.
 
-    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [nanny] [fork]
+    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [transfer] [nanny] [fork]
 
-``nanny`` (scale-up only): the workers start with a nanny and a dashboard each; ``fork``:
-each nanny forks its worker (``distributed.worker.multiprocessing-method: fork``).
+``transfer``: ``job_files: transfer`` instead (the local schedd transfers the files from the
+staging directory, no spooling); ``nanny`` (scale-up only): the workers start with a nanny
+and a dashboard each; ``fork``: each nanny forks its worker
+(``distributed.worker.multiprocessing-method: fork``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ SHARED = "hybrid.batch.htcondor.shared-directories"
 
 def main(benchmark: str, n: str, staging: str, shared: str, *options: str) -> None:
     """The repetition; its numbers on stdout."""
-    unknown = set(options) - {"nanny", "fork"}
-    if unknown or (options and benchmark != "scale-up"):
+    unknown = set(options) - {"transfer", "nanny", "fork"}
+    if unknown or (set(options) - {"transfer"} and benchmark != "scale-up"):
         raise SystemExit(f"unknown options for {benchmark}: {' '.join(options)}")
-    settings = {"hybrid.batch.htcondor.job-files": "shared", SHARED: [shared]}
+    mode = "transfer" if "transfer" in options else "shared"
+    settings = {"hybrid.batch.htcondor.job-files": mode, SHARED: [shared]}
     if benchmark == "scale-up":
         from benchmarks.launchers import FORK, hybrid_once, worker_dask_config
 

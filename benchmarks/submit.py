@@ -5,7 +5,8 @@ machine), timed until it returns: rendering, staging and the one submission. Its
 is recorded beside it (removing the n jobs, confirmed with the batch system). On HTCondor its
 files are spooled (the default off a shared filesystem); ``hybrid shared fs`` submits them to
 be read in place (``job_files: shared``), run by the pool's job user from the pool's shared
-filesystem (:func:`benchmarks.realpools.run_as_pool_user`).
+filesystem (:func:`benchmarks.realpools.run_as_pool_user`), and ``hybrid transfer`` from there
+too with ``job_files: transfer`` (not spooled: the local schedd transfers them to each job).
 
 ``dask-jobqueue``: what its ``scale(n)`` does to submit: one job script per worker, written
 to a file and handed to ``condor_submit``/``sbatch``/``qsub``, all n at once on the event
@@ -99,6 +100,10 @@ def _jobqueue_job(system: str, marker: str, staging: Path) -> tuple[type, dict[s
                       "job_extra_directives": ["--output=/dev/null", "--hold"]}
 
 
+#: HTCondor variants run by the pool's job user (its options of :mod:`benchmarks._pool_user`).
+POOL_USER = {"hybrid shared fs": [], "hybrid transfer": ["transfer"]}
+
+
 def run(results: Results, systems: list[str], n: int, repeats: int) -> None:
     """Both ways on every available system, ``repeats`` times, interleaved."""
     available = []
@@ -108,24 +113,26 @@ def run(results: Results, systems: list[str], n: int, repeats: int) -> None:
             results.skip(f"submit ({system})", problem)
         else:
             available.append(system)
-    variants = ["hybrid", "hybrid shared fs", "dask-jobqueue"]
+    variants = ["hybrid", *POOL_USER, "dask-jobqueue"]
     if problem := realpools.jobqueue_problem():
         results.skip("submit (dask-jobqueue)", problem)
         variants.remove("dask-jobqueue")
     if "htcondor" in available and (problem := realpools.shared_problem()):
-        results.skip("submit (hybrid shared fs)", problem)
-        variants.remove("hybrid shared fs")
+        for variant in POOL_USER:
+            results.skip(f"submit ({variant})", problem)
+            variants.remove(variant)
     if not available:
         return
     runners = {"hybrid": hybrid_once, "dask-jobqueue": jobqueue_once,
-               "hybrid shared fs": lambda s, k, d: realpools.run_as_pool_user(
-                   "submit", k, timeout=600)}
+               **{variant: lambda s, k, d, o=options: realpools.run_as_pool_user(
+                   "submit", k, timeout=600, options=o)
+                  for variant, options in POOL_USER.items()}}
     with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp, \
             realpools.condor_tools() if "htcondor" in available else _Nothing():
         for repetition in range(repeats):
             log(f"submit: repetition {repetition + 1} of {repeats}")
             for system in available:
-                kinds = [v for v in variants if system == "htcondor" or v != "hybrid shared fs"]
+                kinds = [v for v in variants if system == "htcondor" or v not in POOL_USER]
                 for variant in rotated(kinds, repetition):
                     measure = results.measure("submit", system, f"n={n}", variant)
                     repeat(measure, lambda v=variant, s=system: runners[v](s, n, Path(tmp)))

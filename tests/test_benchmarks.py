@@ -131,8 +131,11 @@ def test_submit_compares_one_transaction_with_per_job_submits(htcondor_pool, slu
     data = run_benchmark("submit", tmp_path, "--systems", "htcondor", "slurm")
     assert variants(data, "submit") == {(s, "n=20", v) for s in ("htcondor", "slurm")
                                         for v in ("hybrid", "dask-jobqueue")} | {
-        ("htcondor", "n=20", "hybrid shared fs")}
+        ("htcondor", "n=20", "hybrid shared fs"), ("htcondor", "n=20", "hybrid transfer")}
     assert all(g["met"] in (True, False) for g in goals(data)["P2"])
+    # the transfer mode's own verdict, beside the default's on each system
+    assert len(goals(data)["P2"]) == 3
+    assert sum("(hybrid transfer)" in g["text"] for g in goals(data)["P2"]) == 1
     shared_submit = [g for g in goals(data)["H1"] if "submit" in g["text"]]
     assert len(shared_submit) == 1 and shared_submit[0]["met"] in (True, False)
 

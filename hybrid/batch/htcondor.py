@@ -6,6 +6,9 @@ files) reach the job is the setting ``job_files``:
 
 - ``spool``: ``submit(..., spool=True)``, then ``Schedd.spool`` uploads them through the schedd
   and each job transfers them to its scratch directory (no shared filesystem needed).
+- ``transfer``: ``submit(...)`` only; the schedd on this node reads them from the staging
+  directory when each job starts and transfers them to its scratch directory (what
+  ``condor_submit`` does without ``-spool``): no spooling, no shared filesystem needed.
 - ``shared``: the job reads them in place from the staging directory, which the execute nodes
   see at the same path (a shared filesystem): no spooling, no file transfer.
 - ``auto`` (the default): ``shared`` when the staging directory lies under one of
@@ -233,9 +236,12 @@ class HTCondorSettings(SystemSettings):
                                   "``schedd_name``.")
     job_max_vacate_time: Seconds = Field(10, description="Between SIGTERM and SIGKILL when a "
                                          "job is removed.")
-    job_files: Literal["auto", "spool", "shared"] = Field(
+    job_files: Literal["auto", "spool", "transfer", "shared"] = Field(
         "auto", description="How the job's executable and TLS files reach it: ``spool`` "
         "(uploaded through the schedd, transferred to each job: no shared filesystem needed), "
+        "``transfer`` (not uploaded: the schedd on this node reads them from the staging "
+        "directory when a job starts and transfers them to it; the schedd must be the local "
+        "one and the jobs run as this user), "
         "``shared`` (read in place from the staging directory, which the execute nodes see at "
         "the same path: no spooling, no file transfer; the jobs must run as this user), "
         "``auto``: ``shared`` when the staging directory is under one of "
@@ -295,8 +301,8 @@ class HTCondor(BatchSystem):
 
     # ------------------------------------------------------------------ job files
     def job_files_mode(self, staging: Path) -> str:
-        """``"spool"`` or ``"shared"``: how a submission from ``staging`` ships its files
-        (``job_files``, with ``auto`` resolved for this staging directory)."""
+        """``"spool"``, ``"transfer"`` or ``"shared"``: how a submission from ``staging`` ships
+        its files (``job_files``, with ``auto`` resolved for this staging directory)."""
         mode = self.settings.job_files
         if mode != "auto":
             return mode
@@ -308,35 +314,51 @@ class HTCondor(BatchSystem):
         return "shared" if shared and os.geteuid() != 0 else "spool"
 
     def ships_files_for(self, staging: Path) -> bool:
-        """Whether the files travel with the job (spool mode) for this staging directory."""
-        return self.job_files_mode(staging) == "spool"
+        """Whether the files travel with the job (spool and transfer modes) for this staging
+        directory."""
+        return self.job_files_mode(staging) != "shared"
 
     def log_path(self, staging: Path, job_id: str) -> Path | None:
-        """In shared mode the job's output lands in the staging directory, readable here."""
-        if self.ships_files_for(staging):
+        """The job's output lands in the staging directory, readable here: in shared mode as
+        it runs, in transfer mode when the job ends (spooled jobs keep it in the spool)."""
+        if self.job_files_mode(staging) == "spool":
             return None
         return staging / f"worker-{job_id}.log"
 
     @classmethod
     def check_spec(cls, spec: Any) -> None:
-        """Also refuse ``job_files: shared`` where it cannot work (see :meth:`shared_problem`)."""
+        """Also refuse ``job_files: shared`` or ``transfer`` where it cannot work (see
+        :meth:`files_problem`)."""
         from hybrid.fields import reject
 
         super().check_spec(spec)
-        if spec.system_options.get("job_files") == "shared":
-            problem = cls.shared_problem()
+        mode = spec.system_options.get("job_files")
+        if mode in ("shared", "transfer"):
+            settings = {**cls.configured_settings(), **spec.system_options}
+            problem = cls.files_problem(mode, settings.get("schedd_name"),
+                                        settings.get("collector"))
             if problem:
-                raise reject(*problem, field="system_options.job_files", value="shared")
+                raise reject(*problem, field="system_options.job_files", value=mode)
 
     @staticmethod
-    def shared_problem() -> tuple[str, str] | None:
-        """Why ``job_files: shared`` cannot work from this process (what is accepted, the
-        fix), or ``None``."""
+    def files_problem(mode: str, schedd_name: str | None = None,
+                      collector: str | None = None) -> tuple[str, str] | None:
+        """Why ``job_files`` ``mode`` cannot work from this process (what is accepted, the
+        fix), or ``None`` (``spool`` always works; ``auto`` resolves to a mode that does)."""
+        if mode in ("spool", "auto"):
+            return None
+        if mode == "transfer" and (schedd_name is not None or collector is not None):
+            return ("'spool' or 'shared' with a schedd found through schedd_name or "
+                    "collector: with 'transfer' the schedd reads the job's files from this "
+                    "node's staging directory, so it must be this node's own schedd",
+                    "Leave schedd_name and collector unset to submit to the local schedd, or "
+                    "use job_files: spool (files uploaded through the schedd).")
         if os.geteuid() == 0:
-            return ("'spool' or 'auto' when running as root: the schedd runs no job as root, "
-                    "and the user it runs them as cannot read root's private job files in "
-                    "place", "Submit as the user whose jobs these are, or use job_files: "
-                    "spool (the schedd then takes the files).")
+            return (f"'spool' or 'auto' when running as root: the schedd runs no job as root, "
+                    f"and the user it runs them as cannot read root's private job files "
+                    f"{'in place' if mode == 'shared' else 'to transfer them'}",
+                    "Submit as the user whose jobs these are, or use job_files: spool (the "
+                    "schedd then takes the files).")
         return None
 
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
@@ -374,9 +396,11 @@ class HTCondor(BatchSystem):
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """One cluster of ``count`` procs; on any failure the cluster is removed again."""
         htcondor2 = _bindings()
-        spool = self.ships_files_for(staging)
-        if not spool and (problem := self.shared_problem()):
-            raise ConfigurationError("hybrid.batch.htcondor.job-files", "shared", *problem)
+        mode = self.job_files_mode(staging)
+        if problem := self.files_problem(mode, self.settings.schedd_name,
+                                         self.settings.collector):
+            raise ConfigurationError("hybrid.batch.htcondor.job-files", mode, *problem)
+        spool = mode == "spool"
         write_private(staging / "worker.sh", self.render_wrapper(job, staging), 0o700)
         description = self.render(job, staging, count)
         try:

@@ -1,7 +1,8 @@
 """Run by tests/batch/test_htcondor_job_files.py AS THE POOL'S JOB USER (see
 ``benchmarks.realpools.as_pool_user``): a HybridCluster with one HTCondor pool whose staging
-directory lies in the pool's shared filesystem, two workers, a task; then it reports, as JSON
-on stdout, what the workers and the schedd saw, and what was left after ``close()``.
+directory lies in the pool's shared filesystem, two workers, a task, one worker killed;
+then it reports, as JSON on stdout, what the workers and the schedd saw, which job output
+files the staging directory held before and after, and what was left after ``close()``.
 
     python -m tests.batch._pool_user_cluster STAGING SHARED_DIR JOB_FILES
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 import dask
@@ -42,19 +45,34 @@ def main(staging: str, shared: str, job_files: str) -> dict:
                         for p in directory.iterdir()}
         ads = htcondor2.Schedd().query(
             constraint=f'HybridCluster == "{cluster.name}"',
-            projection=["ClusterId", "ProcId", "ShouldTransferFiles", "Iwd", "Owner"])
+            projection=["ClusterId", "ProcId", "ShouldTransferFiles", "Iwd", "Owner",
+                        "SUBMIT_Iwd"])
         out["ads"] = [{k: str(v) for k, v in ad.items()} for ad in ads]
         job_id = f"{ads[0]['ClusterId']}.{ads[0]['ProcId']}"
         log = pool.system.log_path(directory, job_id)
         out["log"] = str(log) if log else None
         out["log_text"] = log.read_text() if log and log.exists() else None
         out["uid_here"] = os.getuid()
+        # one worker dies: its job ends (a failure), and its output is where hybrid looks
+        out["logs_while_running"] = _logs(directory)
+        with cluster.get_client() as client:
+            victim = sorted(client.scheduler_info()["workers"])[0]
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not _logs(directory) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["logs_after_one_ended"] = _logs(directory)
         name = cluster.name
     out["left"] = len(htcondor2.Schedd().query(
         constraint=f'HybridCluster == "{name}" && JobStatus != 3 && JobStatus != 4',
         projection=["ProcId"]))
     out["staging_left"] = Path(out["staging"]).exists()
     return out
+
+
+def _logs(directory: Path) -> list[str]:
+    """The job output files in the staging directory that hold something."""
+    return sorted(p.name for p in directory.glob("worker-*.log") if p.stat().st_size)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""HTCondor's two ways of getting a job its files (``job_files``): spooled through the schedd
-and transferred, or read in place from a staging directory on a shared filesystem.
+"""HTCondor's three ways of getting a job its files (``job_files``): spooled through the
+schedd and transferred, transferred by the local schedd from the staging directory (no
+spooling), or read in place from a staging directory on a shared filesystem.
 
-The shared mode runs on the REAL pool: its shared directory (``ci/htcondor/up.sh``) is the
-same directory at the same path on this host and inside the pool, as a site's ``/home`` is on
-its submit and execute nodes. The schedd runs no job as root, so the cluster there is run by
-the pool's job user, as a site's user runs it (``benchmarks.realpools.as_pool_user``).
+The transfer and shared modes run on the REAL pool: its shared directory
+(``ci/htcondor/up.sh``) is the same directory at the same path on this host and inside the
+pool, as a site's ``/home`` is on its submit and execute nodes. The schedd runs no job as
+root, so the cluster there is run by the pool's job user, as a site's user runs it
+(``benchmarks.realpools.as_pool_user``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import htcondor2
 import pytest
 
@@ -62,6 +65,23 @@ def test_spool_mode_ships_the_files_with_the_job() -> None:
     assert system.log_path(STAGING, "12.3") is None
 
 
+def test_transfer_mode_ships_the_files_from_the_staging_directory() -> None:
+    system = get_system("htcondor", job_files="transfer")
+    spooled = get_system("htcondor", job_files="spool")
+    # the same description as a spooled one: the difference is submit(spool=False), no upload
+    assert system.render(tls_job(), STAGING, 3) == spooled.render(tls_job(), STAGING, 3)
+    submit = htcondor2.Submit(system.render(tls_job(), STAGING, 3))
+    assert submit["should_transfer_files"] == "YES"
+    assert submit["initialdir"] == str(STAGING)
+    assert submit["transfer_input_files"] == ",".join(
+        f"{STAGING}/{name}" for name in ("ca.pem", "cert.pem", "key.pem"))
+    # the job reads the copies in its scratch directory
+    assert "--tls-key key.pem" in system.render_wrapper(tls_job(), STAGING)
+    assert system.ships_files_for(STAGING)
+    # HTCondor brings the job's output back into the staging directory when it ends
+    assert system.log_path(STAGING, "12.3") == STAGING / "worker-12.3.log"
+
+
 def test_auto_reads_in_place_only_under_a_declared_shared_directory(tmp_path) -> None:
     shared = get_system("htcondor", shared_directories=[str(tmp_path)])
     elsewhere = Path("/var/tmp/not-declared/staging")
@@ -84,25 +104,46 @@ def test_bad_job_file_settings_name_the_field(options, field, staging) -> None:
     assert not staging.exists() or not any(staging.iterdir())
 
 
-def test_shared_mode_is_refused_where_the_jobs_could_not_read_the_files(staging) -> None:
+@pytest.mark.parametrize("mode", ["shared", "transfer"])
+def test_modes_without_spool_are_refused_where_the_jobs_could_not_read_the_files(
+        staging, mode) -> None:
     if os.geteuid() != 0:  # the condition is root's; a contributor's run checks the wording
-        assert get_system("htcondor").shared_problem() is None
+        assert get_system("htcondor").files_problem(mode) is None
         return
     with HybridCluster(scheduler_address=None) as cluster, \
             pytest.raises(ConfigurationError, match=r"job_files.*running as root.*spool"):
-        cluster.add_pool("c", "htcondor", system_options={"job_files": "shared"})
+        cluster.add_pool("c", "htcondor", system_options={"job_files": mode})
     # the system object given directly refuses at submission, before writing anything
-    system = get_system("htcondor", job_files="shared")
+    system = get_system("htcondor", job_files=mode)
     with pytest.raises(ConfigurationError, match="job-files"):
         system.submit(tls_job(), staging / "never", 1)
     assert not (staging / "never").exists()
 
 
-@pytest.mark.htcondor
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("job_files", ["auto", "shared"])
-def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_place(
-        htcondor_pool, job_files) -> None:
+@pytest.mark.parametrize("where", [{"schedd_name": "schedd@elsewhere"},
+                                   {"collector": "cm.example.org"}])
+def test_transfer_mode_is_refused_for_a_schedd_found_elsewhere(staging, where) -> None:
+    """The schedd reads the files from this node's staging directory: only the local one can."""
+    with HybridCluster(scheduler_address=None) as cluster, pytest.raises(
+            ConfigurationError, match=r"system_options\.job_files = 'transfer'.*this node's "
+            r"own schedd.*Leave schedd_name and collector unset"):
+        cluster.add_pool("c", "htcondor", system_options={"job_files": "transfer", **where})
+    assert not staging.exists() or not any(staging.iterdir())
+    # given in hybrid.yaml, the schedd's name still rules transfer out, at add_pool
+    with dask.config.set({"hybrid.batch.htcondor.schedd-name": "schedd@elsewhere"}), \
+            HybridCluster(scheduler_address=None) as cluster, pytest.raises(
+                ConfigurationError, match="this node's own schedd"):
+        cluster.add_pool("c", "htcondor", system_options={"job_files": "transfer"})
+    # and the system object given directly refuses at submission, before writing anything
+    system = get_system("htcondor", job_files="transfer", **where)
+    with pytest.raises(ConfigurationError, match=r"job-files.*this node's own schedd"):
+        system.submit(tls_job(), staging / "never", 1)
+    assert not (staging / "never").exists()
+
+
+def _cluster_as_pool_user(job_files: str) -> dict:
+    """What ``tests.batch._pool_user_cluster`` saw, run by the pool's job user from a staging
+    directory in the pool's shared filesystem."""
     home = realpools.shared_home()
     try:
         staging = home / "jobs"
@@ -112,9 +153,17 @@ def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_pla
                                     job_files], home),
             cwd=REPO, capture_output=True, text=True, timeout=280)
         assert result.returncode == 0, result.stderr[-4000:]
-        seen = json.loads(result.stdout.strip().splitlines()[-1])
+        return json.loads(result.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.htcondor
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("job_files", ["auto", "shared"])
+def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_place(
+        htcondor_pool, job_files) -> None:
+    seen = _cluster_as_pool_user(job_files)
     uid, _ = realpools.pool_user()
     assert seen["sum"] == 6 and seen["uid_here"] == uid and seen["uid"] == [uid]
     directory = seen["staging"]
@@ -128,9 +177,36 @@ def test_a_user_on_a_shared_filesystem_runs_workers_that_read_their_files_in_pla
     # the files stayed private and the user's own
     assert seen["files"]["key.pem"] == [0o600, uid]
     assert seen["files"]["worker.sh"] == [0o700, uid]
-    # the job's output is readable where hybrid looks for it
+    # the job's output is readable where hybrid looks for it, while the job runs
     assert seen["log"].startswith(directory) and seen["log_text"] is not None
+    assert len(seen["logs_while_running"]) == 2
     # close() removed every job and the staging directory
+    assert seen["left"] == 0 and seen["staging_left"] is False
+
+
+@pytest.mark.htcondor
+@pytest.mark.timeout(300)
+def test_a_user_of_the_local_schedd_gets_the_files_transferred_without_spooling(
+        htcondor_pool) -> None:
+    seen = _cluster_as_pool_user("transfer")
+    uid, _ = realpools.pool_user()
+    assert seen["sum"] == 6 and seen["uid_here"] == uid and seen["uid"] == [uid]
+    directory = seen["staging"]
+    # each worker ran in its own scratch directory, on the copies HTCondor transferred there
+    assert len(seen["cwd"]) == 2 and directory not in seen["cwd"]
+    for argv in seen["argv"]:
+        assert argv[argv.index("--tls-key") + 1] == "key.pem"
+    assert [ad["ShouldTransferFiles"] for ad in seen["ads"]] == ["YES", "YES"]
+    # submitted from the staging directory, nothing uploaded into the schedd's spool (a
+    # spooled job's Iwd is moved into the spool, the submitter's kept as SUBMIT_Iwd)
+    assert {ad["Iwd"] for ad in seen["ads"]} == {directory}
+    assert not any("SUBMIT_Iwd" in ad for ad in seen["ads"])
+    assert seen["files"]["key.pem"] == [0o600, uid]
+    assert seen["files"]["worker.sh"] == [0o700, uid]
+    # the output comes back into the staging directory when a job ends, where hybrid looks
+    assert seen["log"].startswith(directory) and seen["log_text"] is None
+    assert seen["logs_while_running"] == []
+    assert len(seen["logs_after_one_ended"]) == 1
     assert seen["left"] == 0 and seen["staging_left"] is False
 
 
