@@ -4,7 +4,10 @@ directory lies in the pool's shared filesystem, two workers, a task, one worker 
 then it reports, as JSON on stdout, what the workers and the schedd saw, which job output
 files the staging directory held before and after, and what was left after ``close()``.
 
-    python -m tests.batch._pool_user_cluster STAGING SHARED_DIR JOB_FILES
+    python -m tests.batch._pool_user_cluster STAGING SHARED_DIR JOB_FILES [failing]
+
+``failing``: instead, a pool whose jobs fail at once; it reports what ``wait_for_workers``
+raised.
 """
 
 from __future__ import annotations
@@ -70,10 +73,35 @@ def main(staging: str, shared: str, job_files: str) -> dict:
     return out
 
 
+def failing(staging: str, shared: str, job_files: str) -> dict:
+    """A pool whose jobs fail at once (a python that is not there): what the wait raised."""
+    from hybrid.errors import PoolFailed
+
+    settings = {"hybrid.batch.staging-directory": staging,
+                "hybrid.batch.htcondor.shared-directories": [shared],
+                "hybrid.batch.htcondor.job-files": job_files,
+                "hybrid.scheduler.host": "127.0.0.1"}
+    out: dict = {"error": None}
+    with dask.config.set(settings), HybridCluster(security=True) as cluster:
+        cluster.add_pool("cpu", "htcondor", memory="512 MiB", nanny=False,
+                         python="/nonexistent/hybrid-test-python")
+        cluster.scale(1)
+        try:
+            cluster.wait_for_workers(1, timeout=150, progress=False)
+        except PoolFailed as error:
+            out["error"] = str(error)
+        name = cluster.name
+    out["left"] = len(htcondor2.Schedd().query(
+        constraint=f'HybridCluster == "{name}" && JobStatus != 3 && JobStatus != 4',
+        projection=["ProcId"]))
+    return out
+
+
 def _logs(directory: Path) -> list[str]:
     """The job output files in the staging directory that hold something."""
     return sorted(p.name for p in directory.glob("worker-*.log") if p.stat().st_size)
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:4])))
+    scenario = failing if sys.argv[4:5] == ["failing"] else main
+    print(json.dumps(scenario(*sys.argv[1:4])))

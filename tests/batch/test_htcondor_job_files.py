@@ -141,7 +141,7 @@ def test_transfer_mode_is_refused_for_a_schedd_found_elsewhere(staging, where) -
     assert not (staging / "never").exists()
 
 
-def _cluster_as_pool_user(job_files: str) -> dict:
+def _cluster_as_pool_user(job_files: str, *scenario: str) -> dict:
     """What ``tests.batch._pool_user_cluster`` saw, run by the pool's job user from a staging
     directory in the pool's shared filesystem."""
     home = realpools.shared_home()
@@ -150,7 +150,7 @@ def _cluster_as_pool_user(job_files: str) -> dict:
         result = subprocess.run(
             realpools.as_pool_user([sys.executable, "-m", "tests.batch._pool_user_cluster",
                                     str(staging), str(realpools.shared_dir()),
-                                    job_files], home),
+                                    job_files, *scenario], home),
             cwd=REPO, capture_output=True, text=True, timeout=280)
         assert result.returncode == 0, result.stderr[-4000:]
         return json.loads(result.stdout.strip().splitlines()[-1])
@@ -208,6 +208,20 @@ def test_a_user_of_the_local_schedd_gets_the_files_transferred_without_spooling(
     assert seen["logs_while_running"] == []
     assert len(seen["logs_after_one_ended"]) == 1
     assert seen["left"] == 0 and seen["staging_left"] is False
+
+
+@pytest.mark.htcondor
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("job_files", ["transfer", "shared"])
+def test_a_job_that_fails_without_spooling_is_explained_with_its_log(
+        htcondor_pool, job_files) -> None:
+    """Without the spool, a failed job's output is in the staging directory (brought back by
+    HTCondor in transfer mode), and the error the user gets quotes it."""
+    seen = _cluster_as_pool_user(job_files, "failing")
+    assert seen["error"] is not None and "gave up" in seen["error"], seen
+    assert "Its log (" in seen["error"], seen["error"]
+    assert "/nonexistent/hybrid-test-python" in seen["error"].split("Its log (", 1)[1]
+    assert seen["left"] == 0
 
 
 class RecordingScheddDouble:
