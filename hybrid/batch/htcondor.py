@@ -282,8 +282,32 @@ class HTCondor(BatchSystem):
                 (rf"(?i)^\s*(\+|my\.){tag}", "hybrid's tag attributes"))
 
     def check(self, timeout: float = 20.0) -> Any:
-        """Bindings, token files and a schedd query, each in a child process."""
-        return check_htcondor(timeout)
+        """Bindings, token files and a schedd query, each in a child process; where all
+        answer, also how the jobs would get their files from this node (:meth:`files_line`)."""
+        import dataclasses
+
+        from hybrid.config import staging_root
+
+        result = check_htcondor(timeout)
+        if result.status.value != "ok":
+            return result
+        return dataclasses.replace(
+            result, message=f"{result.message}; {self.files_line(staging_root())}")
+
+    def files_line(self, staging: Path) -> str:
+        """How jobs submitted from ``staging`` get their files, and why (``job_files``)."""
+        mode, setting = self.job_files_mode(staging), self.settings.job_files
+        if setting != "auto":
+            return f"job files: {mode} (job-files: {setting})"
+        if mode == "shared":
+            return (f"job files: shared (job-files: auto; the staging directory {staging} "
+                    f"is under shared-directories)")
+        why = ("running as root" if os.geteuid() == 0 else
+               f"the staging directory {staging} is under none of shared-directories")
+        local = self.settings.schedd_name is None and self.settings.collector is None
+        hint = ("; where this node's schedd sees it at the same path, job-files: transfer "
+                "submits without spooling") if local and os.geteuid() != 0 else ""
+        return f"job files: spool (job-files: auto; {why}){hint}"
 
     def schedd(self):
         """The ``htcondor2.Schedd`` (the local one unless a name/collector was given)."""

@@ -341,6 +341,33 @@ def test_htcondor_pool_answers(htcondor_pool) -> None:
     result = doctor.check_batch_system("htcondor")
     assert result.status is Status.ok, result.as_dict()
     assert "schedd answers" in result.message
+    # and how this node's jobs would get their files (root's are always spooled)
+    assert "; job files: spool (job-files: auto; running as root)" in result.message \
+        if os.geteuid() == 0 else "; job files: " in result.message
+
+
+def test_the_job_files_line_says_the_mode_and_why(tmp_path, monkeypatch) -> None:
+    """What ``hybrid doctor --system htcondor`` adds once the schedd answers."""
+    from hybrid.batch import get_system
+
+    staging = tmp_path / "jobs"
+    chosen = get_system("htcondor", job_files="transfer").files_line(staging)
+    assert chosen == "job files: transfer (job-files: transfer)"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # a site's user
+    shared = get_system("htcondor", shared_directories=[str(tmp_path)])
+    assert shared.files_line(staging) == (
+        f"job files: shared (job-files: auto; the staging directory {staging} is under "
+        "shared-directories)")
+    spooled = get_system("htcondor").files_line(staging)
+    assert spooled.startswith(f"job files: spool (job-files: auto; the staging directory "
+                              f"{staging} is under none of shared-directories)")
+    assert "job-files: transfer submits without spooling" in spooled
+    # a schedd found elsewhere cannot read this node's files: no such hint
+    assert "transfer" not in get_system("htcondor", schedd_name="s@elsewhere").files_line(
+        staging)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert get_system("htcondor").files_line(staging) == (
+        "job files: spool (job-files: auto; running as root)")
 
 
 def test_gpu_sharing_check_says_whether_cuda_mps_is_here(tmp_path, monkeypatch) -> None:
