@@ -255,3 +255,68 @@ def test_reschedule_after_submit_is_rate_limited_per_schedd(monkeypatch) -> None
                                                    htcondor._rescheduled.items()})
     limited._reschedule(schedd)
     assert schedd.calls == 3
+
+
+class SpoolingScheddDouble:
+    """A TEST DOUBLE of ``htcondor2.Schedd``: its cluster's jobs are held "spooling input
+    files" for the first ``held_for`` queries, then released; it records the order of what
+    it was asked (the real schedd's release after ``Schedd.spool`` is measured in
+    docs/benchmarks.md)."""
+
+    def __init__(self, held_for: int) -> None:
+        self.held_for = held_for
+        self.asked: list[str] = []
+        self.constraints: list[str] = []
+
+    def query(self, constraint: str, projection: list[str], limit: int = -1) -> list[dict]:
+        self.asked.append("query")
+        self.constraints.append(constraint)
+        return [{"ProcId": 0}] if self.asked.count("query") <= self.held_for else []
+
+    def reschedule(self) -> None:
+        self.asked.append("reschedule")
+
+
+def _wait_for(condition, seconds: float = 10) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come"
+        time.sleep(0.01)
+
+
+def test_a_spooled_cluster_is_rescheduled_once_the_schedd_released_it(monkeypatch) -> None:
+    """The reschedule after a spooled submission waits, in a thread of its own, until the
+    schedd has released the jobs from their spooling hold: asked before, it finds nothing to
+    negotiate for."""
+    from hybrid.batch import htcondor
+
+    monkeypatch.setattr(htcondor, "_rescheduled", {})
+    system = get_system("htcondor", job_files="spool", reschedule_interval="1 hour")
+    schedd = SpoolingScheddDouble(held_for=3)
+    monkeypatch.setattr(system, "schedd", lambda: schedd)
+    system._reschedule_when_spooled(42)  # returns at once
+    _wait_for(lambda: "reschedule" in schedd.asked)
+    assert schedd.asked == ["query"] * 4 + ["reschedule"]
+    assert set(schedd.constraints) == {
+        "ClusterId == 42 && JobStatus == 5 && HoldReasonCode == 16"}
+
+
+def test_a_spooled_cluster_never_released_is_rescheduled_after_the_wait(monkeypatch) -> None:
+    from hybrid.batch import htcondor
+
+    monkeypatch.setattr(htcondor, "_rescheduled", {})
+    monkeypatch.setattr(htcondor, "SPOOL_RELEASE_WAIT", 0.3)
+    system = get_system("htcondor", job_files="spool")
+    schedd = SpoolingScheddDouble(held_for=10**6)
+    monkeypatch.setattr(system, "schedd", lambda: schedd)
+    system._reschedule_when_spooled(7)
+    _wait_for(lambda: "reschedule" in schedd.asked)
+    assert schedd.asked[-1] == "reschedule" and schedd.asked.count("reschedule") == 1
+    # with reschedule_interval 0 nothing is asked, and no thread is started
+    never = get_system("htcondor", job_files="spool", reschedule_interval=0)
+    quiet = SpoolingScheddDouble(held_for=0)
+    monkeypatch.setattr(never, "schedd", lambda: quiet)
+    never._reschedule_when_spooled(8)
+    assert quiet.asked == []
