@@ -49,8 +49,6 @@ from hybrid.fields import Seconds, absolute_path, seconds, strings
 logger = logging.getLogger("hybrid")
 
 _SPOOLING_HOLD_CODE = 16  # held while input files are being spooled: not a failure
-#: Seconds a spooled cluster's reschedule waits for the schedd to release its jobs.
-SPOOL_RELEASE_WAIT = 5.0
 
 
 def _bindings():
@@ -445,9 +443,7 @@ class HTCondor(BatchSystem):
             except Exception as error:
                 self._remove_quietly(schedd, str(cluster_id))
                 raise BatchError(f"HTCondor could not receive the job files: {error}") from None
-            self._reschedule_when_spooled(cluster_id)
-        else:
-            self._reschedule(schedd)
+        self._reschedule(schedd)
         first = result.first_proc()
         return [f"{cluster_id}.{first + i}" for i in range(result.num_procs())]
 
@@ -467,31 +463,6 @@ class HTCondor(BatchSystem):
             schedd.reschedule()
         except Exception as error:  # a hint to the schedd: the jobs are queued either way
             logger.debug("HTCondor reschedule after submit failed: %s", error)
-
-    def _reschedule_when_spooled(self, cluster_id: int) -> None:
-        """Reschedule once the spooled cluster may match. Its jobs stay held ("spooling input
-        files") until the schedd has taken their files, about a second after ``Schedd.spool``
-        returns; a reschedule before that finds nothing to negotiate for, and the jobs wait
-        for the schedd's next update. A thread of its own waits for the release (at most
-        :data:`SPOOL_RELEASE_WAIT` seconds), so ``scale()`` does not wait."""
-        if not self.settings.reschedule_interval:
-            return
-        constraint = (f"ClusterId == {cluster_id} && JobStatus == 5 && "
-                      f"HoldReasonCode == {_SPOOLING_HOLD_CODE}")
-
-        def when_released() -> None:
-            try:
-                schedd = self.schedd()
-                deadline = time.monotonic() + SPOOL_RELEASE_WAIT
-                while schedd.query(constraint=constraint, projection=["ProcId"], limit=1) and (
-                        time.monotonic() < deadline):
-                    time.sleep(0.05)
-                self._reschedule(schedd)
-            except Exception as error:  # a hint to the schedd: the jobs are queued either way
-                logger.debug("HTCondor reschedule after spooling failed: %s", error)
-
-        threading.Thread(target=when_released, name=f"hybrid-reschedule-{cluster_id}",
-                         daemon=True).start()
 
     def _remove_quietly(self, schedd: Any, job_spec: Any) -> None:
         htcondor2 = _bindings()
