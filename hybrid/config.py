@@ -209,22 +209,18 @@ def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironme
     Names in ``given`` (the pool's ``env``) are left to it."""
     import dask
 
-    from hybrid.errors import ConfigurationError
-    from hybrid.fields import EnvName, validate_value
+    from hybrid.fields import Environment, validate_value
 
     key = "distributed.nanny.pre-spawn-environ"
     given = given or {}
     configured = dask.config.get(key, {}) or {}
-    if not isinstance(configured, dict):
-        raise ConfigurationError(key, configured, "a mapping of environment variables to values")
-    for name, value in configured.items():
-        validate_value(EnvName, name, f"{key}[{name!r}]")
-        if "\0" in str(value):
-            raise ConfigurationError(f"{key}[{name!r}]", value, "a value without a NUL byte")
-    unless_set = {str(k): str(v) for k, v in configured.items()
-                  if v is not None and k != "PYTHONHASHSEED" and k not in given}
+    if isinstance(configured, dict):  # Dask's own values are numbers; None: not set
+        configured = {k: str(v) for k, v in configured.items() if v is not None}
+    configured = validate_value(Environment, configured, key)  # the pool env's own rules
+    unless_set = {k: v for k, v in configured.items()
+                  if k != "PYTHONHASHSEED" and k not in given}
     seed = configured.get("PYTHONHASHSEED")
-    seed = NANNY_HASH_SEED if seed in (None, 0, "0") else str(seed)
+    seed = NANNY_HASH_SEED if seed in (None, "0") else seed
     always = {} if "PYTHONHASHSEED" in given else {"PYTHONHASHSEED": seed}
     return ProcessEnvironment(always, unless_set)
 

@@ -286,10 +286,11 @@ class HTCondor(BatchSystem):
         answer, also how the jobs would get their files from this node (:meth:`files_line`)."""
         import dataclasses
 
+        from hybrid.checks import Status
         from hybrid.config import staging_root
 
         result = check_htcondor(timeout)
-        if result.status.value != "ok":
+        if result.status is not Status.ok:
             return result
         return dataclasses.replace(
             result, message=f"{result.message}; {self.files_line(staging_root())}")
@@ -304,9 +305,8 @@ class HTCondor(BatchSystem):
                     f"is under shared-directories)")
         why = ("running as root" if os.geteuid() == 0 else
                f"the staging directory {staging} is under none of shared-directories")
-        local = self.settings.schedd_name is None and self.settings.collector is None
         hint = ("; where this node's schedd sees it at the same path, job-files: transfer "
-                "submits without spooling") if local and os.geteuid() != 0 else ""
+                "submits without spooling") if self._files_problem("transfer") is None else ""
         return f"job files: spool (job-files: auto; {why}){hint}"
 
     def schedd(self):
@@ -385,6 +385,10 @@ class HTCondor(BatchSystem):
                     "schedd then takes the files).")
         return None
 
+    def _files_problem(self, mode: str) -> tuple[str, str] | None:
+        """:meth:`files_problem` for this system's schedd."""
+        return self.files_problem(mode, self.settings.schedd_name, self.settings.collector)
+
     def context(self, job: WorkerJob, staging: Path, count: int) -> dict[str, Any]:
         """The shared variables plus the vacate time, the file mode and, for a pool with a
         wall time, the seconds a job may run (HTCondor has no wall time of its own:
@@ -421,8 +425,7 @@ class HTCondor(BatchSystem):
         """One cluster of ``count`` procs; on any failure the cluster is removed again."""
         htcondor2 = _bindings()
         mode = self.job_files_mode(staging)
-        if problem := self.files_problem(mode, self.settings.schedd_name,
-                                         self.settings.collector):
+        if problem := self._files_problem(mode):
             raise ConfigurationError("hybrid.batch.htcondor.job-files", mode, *problem)
         spool = mode == "spool"
         write_private(staging / "worker.sh", self.render_wrapper(job, staging), 0o700)

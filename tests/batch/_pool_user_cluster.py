@@ -26,13 +26,17 @@ import htcondor2
 from hybrid import HybridCluster
 
 
+def _settings(staging: str, shared: str, job_files: str) -> dict:
+    return {"hybrid.batch.staging-directory": staging,
+            "hybrid.batch.htcondor.shared-directories": [shared],
+            "hybrid.batch.htcondor.job-files": job_files,
+            "hybrid.scheduler.host": "127.0.0.1"}
+
+
 def main(staging: str, shared: str, job_files: str) -> dict:
-    settings = {"hybrid.batch.staging-directory": staging,
-                "hybrid.batch.htcondor.shared-directories": [shared],
-                "hybrid.batch.htcondor.job-files": job_files,
-                "hybrid.scheduler.host": "127.0.0.1"}
     out: dict = {}
-    with dask.config.set(settings), HybridCluster(security=True) as cluster:
+    with dask.config.set(_settings(staging, shared, job_files)), \
+            HybridCluster(security=True) as cluster:
         cluster.add_pool("cpu", "htcondor", memory="512 MiB", nanny=False)
         cluster.scale(2)
         cluster.wait_for_workers(2, timeout=150, progress=False)
@@ -77,12 +81,9 @@ def failing(staging: str, shared: str, job_files: str) -> dict:
     """A pool whose jobs fail at once (a python that is not there): what the wait raised."""
     from hybrid.errors import PoolFailed
 
-    settings = {"hybrid.batch.staging-directory": staging,
-                "hybrid.batch.htcondor.shared-directories": [shared],
-                "hybrid.batch.htcondor.job-files": job_files,
-                "hybrid.scheduler.host": "127.0.0.1"}
     out: dict = {"error": None}
-    with dask.config.set(settings), HybridCluster(security=True) as cluster:
+    with dask.config.set(_settings(staging, shared, job_files)), \
+            HybridCluster(security=True) as cluster:
         cluster.add_pool("cpu", "htcondor", memory="512 MiB", nanny=False,
                          python="/nonexistent/hybrid-test-python")
         cluster.scale(1)
