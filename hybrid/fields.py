@@ -364,12 +364,11 @@ def _walltime(value: Any) -> Any:
         return None
     try:
         return parse_walltime(value, "walltime")
-    except (ConfigurationError, ValueError, OverflowError, TypeError):
-        raise reject('a wall time "HH:MM" (e.g. "05:59") or a time quantity such as '
-                     "6 * unit.hour, longer than zero") from None
+    except ConfigurationError as error:
+        raise reject(error.accepted) from None
 
 
-#: A wall time, as ``"HH:MM"``.
+#: A wall time, as ``"HH:MM"``, from ``"HH:MM"``, a duration such as ``"6h"`` or a quantity.
 Walltime = Annotated[str, BeforeValidator(_walltime)]
 
 

@@ -119,7 +119,7 @@ def _memory(zero: str | None = None, per_thread: bool = False) -> Any:
 
 def _walltime(value: Any) -> str:
     try:
-        return parse_walltime(value, "walltime")
+        return parse_walltime(value, "walltime", hh_mm_only=True)  # as openff-evaluator
     except ConfigurationError as error:
         raise reject(error.accepted) from None
 

@@ -109,28 +109,55 @@ def format_bytes(n: int) -> str:
     return f"{n}B"
 
 
-def parse_walltime(value: Any, field: str) -> str:
-    """Return a wall time as ``"HH:MM"``; accepts ``"HH:MM"``, ``"HH:MM:SS"`` or a time quantity."""
-    accepted = 'a wall time "HH:MM" (e.g. "05:59") or a time quantity such as 6 * unit.hour'
+def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
+    """Return a wall time as ``"HH:MM"``.
+
+    Accepts ``"HH:MM"``, ``"HH:MM:SS"``, a time quantity, or (unless ``hh_mm_only``, as
+    openff-evaluator's ``wallclock_time_limit``) a duration with its unit as Dask reads one
+    (``"6h"``, ``"90 minutes"``). A bare number is refused: Slurm reads ``--time=90`` as
+    minutes, Dask reads 90 as seconds. Seconds round up to the next minute.
+    """
+    accepted = ('a wall time "HH:MM" (e.g. "05:59")' if hh_mm_only else
+                'a wall time "HH:MM" (e.g. "05:59"), a duration with its unit such as "6h" '
+                'or "90 minutes",') + " or a time quantity such as 6 * unit.hour"
+    minutes: float | None = None
     if is_quantity(value):
         try:
             minutes = float(Quantity(value.magnitude, str(value.units)).to(unit.minute)
                             .magnitude)
         except Exception:
             raise ConfigurationError(field, value, accepted) from None
-        if not math.isfinite(minutes) or minutes > 999 * 60:
-            raise ConfigurationError(field, value, accepted + " of at most 999 hours")
-        if minutes <= 0:
-            raise ConfigurationError(field, value, accepted + " longer than zero")
-        return hhmm(int(-(-minutes // 1)))
-    if isinstance(value, str):
+    elif isinstance(value, str):
         match = _HHMM.match(value.strip())
         if match:
-            hours, minutes, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
-            total = hours * 60 + minutes + (1 if seconds else 0)
-            if total > 0:
-                return hhmm(total)
-    raise ConfigurationError(field, value, accepted)
+            hours, whole, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
+            minutes = hours * 60 + whole + (1 if seconds else 0)
+        elif not hh_mm_only and re.search(r"[A-Za-z]", value):
+            minutes = _duration_minutes(value)
+        elif not hh_mm_only and _NUMBER_FIRST.match(value):
+            raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
+    if minutes is None or not math.isfinite(minutes):
+        raise ConfigurationError(field, value, accepted)
+    if minutes > 999 * 60:
+        raise ConfigurationError(field, value, accepted + " of at most 999 hours")
+    if minutes <= 0:
+        raise ConfigurationError(field, value, accepted + " longer than zero")
+    return hhmm(math.ceil(minutes))
+
+
+def _duration_minutes(text: str) -> float | None:
+    """Minutes in a duration such as ``"6h"`` (Dask's ``parse_timedelta``) or ``"1.5 hours"``
+    (pint, for the units Dask does not know); ``None`` if neither reads it."""
+    from dask.utils import parse_timedelta
+
+    try:
+        return float(parse_timedelta(text.strip())) / 60
+    except Exception:
+        pass
+    try:
+        return float(Quantity(text.strip()).to(unit.minute).magnitude)
+    except Exception:
+        return None
 
 
 def hhmm(minutes: int) -> str:

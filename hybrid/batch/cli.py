@@ -68,7 +68,8 @@ def _option_name(field: str) -> tuple[str, bool]:
 def _help(field: str) -> str:
     text = PoolSpec.model_fields[field].description or ""
     # what only Python can pass (4 * unit.GiB, a time quantity) is no option of a command
-    text = re.sub(r" or ``[^`]*\bunit\.[^`]*``", "", text).replace(" or a time quantity", "")
+    text = re.sub(r" or ``[^`]*\bunit\.[^`]*``", "", text)
+    text = re.sub(r",? or a time quantity", "", text)
     return text.replace("``", "").replace(":meth:", "")
 
 

@@ -74,7 +74,18 @@ def test_parse_walltime(value, hhmm):
 
 
 @pytest.mark.parametrize(
-    "value", ["5h", "25:99", "00:00", "", "1:2", 5, 0 * unit.hour, 2 * unit.GiB, None]
+    ("value", "hhmm"),
+    [("1h", "01:00"), ("90 minutes", "01:30"), ("2.5 hours", "02:30"), ("30 min", "00:30"),
+     ("61s", "00:02"), (" 6h ", "06:00")],
+)
+def test_parse_walltime_reads_a_duration_with_its_unit_as_dask_does(value, hhmm):
+    """``lease="2h"`` worked beside ``walltime="2h"``, which was refused: the same words."""
+    assert parse_walltime(value, "walltime") == hhmm
+
+
+@pytest.mark.parametrize(
+    "value", ["25:99", "00:00", "", "1:2", 5, "90", "0h", "1000h", "5 GiB", "-1h",
+              0 * unit.hour, 2 * unit.GiB, None]
 )
 def test_parse_walltime_refuses(value):
     with pytest.raises(ConfigurationError) as caught:
@@ -82,6 +93,19 @@ def test_parse_walltime_refuses(value):
     assert caught.value.field == "Job.walltime"
     assert str(caught.value).startswith(f"Job.walltime = {value!r} is not valid")
     assert '"HH:MM"' in str(caught.value)
+
+
+def test_a_bare_number_of_wall_time_asks_for_its_unit():
+    """Slurm reads ``--time=90`` as minutes and Dask reads 90 as seconds: no guess."""
+    with pytest.raises(ConfigurationError, match="no unit"):
+        parse_walltime("90", "walltime")
+
+
+@pytest.mark.parametrize("value", ["5h", "90 minutes", 5])
+def test_hh_mm_only_refuses_a_duration(value):
+    """openff-evaluator's ``wallclock_time_limit`` takes ``"HH:MM"`` only: so do we there."""
+    with pytest.raises(ConfigurationError, match='"HH:MM"'):
+        parse_walltime(value, "wallclock_time_limit", hh_mm_only=True)
 
 
 def test_is_quantity_is_duck_typed_across_registries():
@@ -98,3 +122,10 @@ def test_is_quantity_is_duck_typed_across_registries():
 )
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
+
+
+def test_a_pool_takes_its_walltime_in_the_words_its_lease_takes():
+    from hybrid.pools import PoolSpec
+
+    spec = PoolSpec.build("cpu", "slurm", walltime="2h", lease="3h")
+    assert spec.walltime == "02:00"
