@@ -253,6 +253,18 @@ def same_workers(now: Mapping[str, Mapping[str, Any]],
                                       else then_names))
 
 
+def check_adapt_keywords(kwargs: Mapping[str, Any], signature: str) -> None:
+    """Refuse what ``adapt`` does not take; distributed's ``target_duration`` with why."""
+    if "target_duration" in kwargs:
+        raise ConfigurationError(
+            "adapt.target_duration", kwargs["target_duration"],
+            "nothing: a pool scales from the tasks waiting for its resource (a job per task "
+            "slot), not to finish them within a duration",
+            "Leave it out; bound the pool with maximum= instead.")
+    if kwargs:
+        raise ConfigurationError("adapt", sorted(kwargs), signature)
+
+
 def adaptive_class(value: Any, field: str) -> type[PoolAdaptive]:
     """``value`` as the class that scales a pool (``None``: :class:`PoolAdaptive`)."""
     if value is None:

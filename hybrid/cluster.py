@@ -28,7 +28,7 @@ from hybrid.fields import Address, Interval, ListenPort, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import WORKERS, scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
-from hybrid.quiet_logs import DeparturesUnsaid, log_level, quieter
+from hybrid.quiet_logs import DeparturesUnsaid, RestartsExplained, log_level, quieter
 from hybrid.security import (
     ClusterCredentials,
     attach_security,
@@ -189,6 +189,7 @@ class HybridCluster(ClusterViews, Cluster):
         self.status = Status.starting
         if self._external_address is None:
             address = await self._start_scheduler()
+            self._quiet_logs.callback(RestartsExplained(self.scheduler).close)
         else:
             address = self._external_address
         self._scheduler_address = address
@@ -467,18 +468,23 @@ class HybridCluster(ClusterViews, Cluster):
 
     def adapt(self, pool: str | None = None, minimum: int = 0, maximum: int = 10,
               interval: Any = "2s", wait_count: int = 3, Adaptive: type | None = None,
-              **kwargs: Any) -> Any:
+              active: bool = True, **kwargs: Any) -> Any:
         """Scale ``pool`` between ``minimum`` and ``maximum`` from the demand for its
         resource (GPU or CPU tasks), on this cluster's event loop. ``Adaptive`` (as in
         distributed's ``Cluster.adapt``): a subclass of :class:`~hybrid.adaptive.PoolAdaptive`
-        to scale it with."""
-        from hybrid.adaptive import adaptive_class
+        to scale it with. ``active=False`` (as dask-gateway's) stops it, for every pool
+        without ``pool``; the jobs stay."""
+        from hybrid.adaptive import adaptive_class, check_adapt_keywords
 
         self._check_open()
-        if kwargs:
-            raise ConfigurationError("adapt", sorted(kwargs),
-                                     "adapt(pool=None, minimum=0, maximum=10, interval='2s', "
-                                     "wait_count=3, Adaptive=None)")
+        check_adapt_keywords(kwargs, "adapt(pool=None, minimum=0, maximum=10, interval='2s', "
+                                     "wait_count=3, Adaptive=None, active=True)")
+        if not active:
+            targets = [self.pool(pool)] if pool is not None else list(self.pools.values())
+            for stopped in targets:
+                if stopped.adaptive is not None:
+                    stopped.adaptive.stop()
+            return None
         target = self.pool(pool)
         adaptive = adaptive_class(Adaptive, "adapt.Adaptive")(
             self._manager(), target, minimum=minimum, maximum=maximum, interval=interval,

@@ -112,8 +112,8 @@ class PoolSpec(BaseModel):
         "workers' memory limit is its share per process. Default: the resources' memory, "
         "else none requested.")
     walltime: Walltime | None = Field(
-        None, description='Wall time of each job: ``"HH:MM"`` or a duration with its unit '
-        '(``"6h"``, ``"90 minutes"``), or a time quantity. Default: '
+        None, description='Wall time of each job: ``"HH:MM"``, ``"D-HH:MM:SS"`` or a duration with '
+        'its unit (``"6h"``, ``"90 minutes"``), or a time quantity. Default: '
         "the resources' ``wallclock_time_limit``, else the system's section "
         "(``hybrid.batch.<system>.walltime``), else the lease.")
     processes: count(1, 1024) = Field(

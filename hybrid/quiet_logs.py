@@ -1,11 +1,14 @@
 """What a cluster keeps out of its caller's log: distributed's and bokeh's chatter while it
-runs (:func:`quieter`), and the listener's lines about the peers that leave with it while
-it closes (:class:`DeparturesUnsaid`)."""
+runs (:func:`quieter`), the listener's lines about the peers that leave with it while it
+closes (:class:`DeparturesUnsaid`), and the scheduler's warning that a restart ends workers
+without a nanny, which its pools replace (:class:`RestartsExplained`)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -66,3 +69,40 @@ class DeparturesUnsaid(logging.Filter):
         if self._active:
             self._active = False
             logging.getLogger(self._LOGGER).removeFilter(self)
+
+
+class RestartsExplained(logging.Filter):
+    """``client.restart()`` makes a scheduler warn ``Workers [...] do not use a nanny and
+    will be terminated without restarting them``: for a pool's workers that is how a restart
+    goes (the jobs end and the pool submits new ones), so this scheduler's line becomes an
+    INFO line that says so. Workers the scheduler does not hold keep the warning."""
+
+    _LOGGER = "distributed.scheduler"
+    _LINE = re.compile(r"^Workers (\[.*\]) do not use a nanny and will be terminated "
+                       r"without restarting them$", re.DOTALL)
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        super().__init__()
+        self._scheduler = scheduler
+        logging.getLogger(self._LOGGER).addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        match = self._LINE.match(record.getMessage())
+        if match is None:
+            return True
+        try:
+            addresses = ast.literal_eval(match[1])
+        except (ValueError, SyntaxError):
+            return True
+        if not addresses or not set(addresses) <= set(self._scheduler.workers):
+            return True  # another scheduler's, or workers not of this one
+        record.msg = (f"Restarting {len(addresses)} worker(s) without a nanny: they end, and "
+                      "their pools submit new jobs in their place")
+        record.args = ()
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+    def close(self) -> None:
+        logging.getLogger(self._LOGGER).removeFilter(self)

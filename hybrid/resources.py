@@ -104,7 +104,7 @@ def _memory(zero: str | None = None, per_thread: bool = False) -> Any:
         try:
             quantity = parse_memory(value, "memory")
         except ConfigurationError as error:
-            raise reject(error.accepted) from None
+            raise reject(error.accepted, error.fix) from None  # ("Did you mean ...")
         if zero is not None and to_bytes(quantity) == 0:
             raise reject(zero)
         threads = info.data.get("number_of_threads")

@@ -24,6 +24,9 @@ __all__ = ["Quantity", "format_bytes", "hhmm", "is_quantity", "parse_memory", "p
 MAX_BYTES = 2**50
 
 _HHMM = re.compile(r"^(\d{1,3}):([0-5]\d)(?::([0-5]\d))?$")
+#: Slurm's days-hours forms: "D-HH", "D-HH:MM", "D-HH:MM:SS".
+_DAYS = re.compile(r"^(\d{1,2})-([01]?\d|2[0-3])(?::([0-5]\d)(?::([0-5]\d))?)?$")
+_BARE_NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)\s*$")
 
 
 def is_quantity(value: Any) -> bool:
@@ -113,13 +116,14 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
     """Return a wall time as ``"HH:MM"``.
 
     Accepts ``"HH:MM"``, ``"HH:MM:SS"``, a time quantity, or (unless ``hh_mm_only``, as
-    openff-evaluator's ``wallclock_time_limit``) a duration with its unit as Dask reads one
-    (``"6h"``, ``"90 minutes"``). A bare number is refused: Slurm reads ``--time=90`` as
+    openff-evaluator's ``wallclock_time_limit``) Slurm's ``"D-HH:MM:SS"`` (``"D-HH"``,
+    ``"D-HH:MM"``) and a duration with its unit as Dask reads one (``"6h"``, ``"90
+    minutes"``). A bare number is refused: Slurm reads ``--time=90`` as
     minutes, Dask reads 90 as seconds. Seconds round up to the next minute.
     """
     accepted = ('a wall time "HH:MM" (e.g. "05:59")' if hh_mm_only else
-                'a wall time "HH:MM" (e.g. "05:59"), a duration with its unit such as "6h" '
-                'or "90 minutes",') + " or a time quantity such as 6 * unit.hour"
+                'a wall time "HH:MM" (e.g. "05:59") or "D-HH:MM:SS", a duration with its unit '
+                'such as "6h" or "90 minutes",') + " or a time quantity such as 6 * unit.hour"
     minutes: float | None = None
     if is_quantity(value):
         try:
@@ -129,12 +133,16 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
             raise ConfigurationError(field, value, accepted) from None
     elif isinstance(value, str):
         match = _HHMM.match(value.strip())
+        days = None if hh_mm_only else _DAYS.match(value.strip())
         if match:
             hours, whole, seconds = int(match[1]), int(match[2]), int(match[3] or 0)
             minutes = hours * 60 + whole + (1 if seconds else 0)
+        elif days:
+            day, hours, whole, seconds = (int(part or 0) for part in days.groups())
+            minutes = (day * 24 + hours) * 60 + whole + (1 if seconds else 0)
         elif not hh_mm_only and re.search(r"[A-Za-z]", value):
             minutes = _duration_minutes(value)
-        elif not hh_mm_only and _NUMBER_FIRST.match(value):
+        elif not hh_mm_only and _BARE_NUMBER.match(value):
             raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
     if minutes is None or not math.isfinite(minutes):
         raise ConfigurationError(field, value, accepted)

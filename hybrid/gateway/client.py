@@ -50,7 +50,9 @@ from hybrid.gateway.options import (
     _gateway_secrets,
     _settings_dict,
     batch_worker_address,
+    changed_options,
     job_environment,
+    offered_value,
     pool_specs,
     scheduler_sni,
 )
@@ -204,15 +206,20 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
     async def _split_options(self) -> dict[str, Any]:
         """Send the gateway what it offers; validate the batch pools. Nothing is created."""
         ours = dict(self._hybrid_options)
-        if not ours and not config.get("gateway.pool", None):
+        single = bool(ours.get("pool") or config.get("gateway.pool", None))
+        if not ours and not single:
             return {}
-        options = await self.gateway._cluster_options(use_local_defaults=False)
-        offered = set(options)
+        defaults = await self.gateway._cluster_options(use_local_defaults=False)
         for keyword in list(ours):
-            if keyword in offered:
-                self._cluster_kwargs[keyword] = ours[keyword]  # exactly as the stock client
-                if keyword in CLIENT_KEYWORDS:
-                    del ours[keyword]  # the gateway's option: ours does not shadow it
+            if keyword in defaults:  # sent as the stock client sends it, in the gateway's unit
+                self._cluster_kwargs[keyword] = offered_value(keyword, ours[keyword],
+                                                              defaults[keyword])
+                if keyword in CLIENT_KEYWORDS or not (single or "pools" in ours):
+                    del ours[keyword]  # the gateway's option alone: no batch pool reads it
+        if single and "pools" not in ours:  # the sizes an Options object changes, unless given
+            for keyword, value in changed_options(self._cluster_options, defaults).items():
+                if keyword in POOL_KEYWORDS:
+                    ours.setdefault(keyword, value)
         self._hybrid_options = ours
         specs = pool_specs(ours, self._job_env, _gateway_secrets(self.gateway.auth))
         self._check_client_options(ours)
@@ -371,9 +378,10 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
     def adapt(self, minimum: int | None = None, maximum: int | None = None,  # type: ignore[override]
               active: bool = True, pool: str | None = None, **kwargs: Any) -> Any:
-        """Adaptive scaling: a batch pool's jobs between ``minimum`` and ``maximum`` from the
-        demand for its resource (GPU or CPU tasks) when the cluster has batch pools, else
-        the gateway's own (exactly ``GatewayCluster.adapt``). ``active=False`` stops it."""
+        """Adaptive scaling: a batch pool's jobs between ``minimum`` (0) and ``maximum`` (10:
+        batch jobs need a bound) from the demand for its resource (GPU or CPU tasks) when
+        the cluster has batch pools, else the gateway's own (exactly
+        ``GatewayCluster.adapt``). ``active=False`` stops it."""
         self._check_open()
         if self._pools is None and pool is None:
             return super().adapt(minimum=minimum, maximum=maximum, active=active, **kwargs)
@@ -381,22 +389,23 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
     async def _adapt(self, minimum: int | None, maximum: int | None, active: bool,
                      pool: str | None, kwargs: dict[str, Any]) -> Any:
-        from hybrid.adaptive import PoolAdaptive
+        from hybrid.adaptive import PoolAdaptive, check_adapt_keywords
 
         manager = self._manager()
         targets = [manager.pool(pool)] if pool is not None or len(manager.pools) == 1 else list(
             manager.pools.values())
+        check_adapt_keywords({k: v for k, v in kwargs.items()
+                              if k not in ("interval", "wait_count")},
+                             "adapt(minimum=None, maximum=None, active=True, pool=None, "
+                             "interval='2s', wait_count=3)")
         if not active:
             for target in targets:
                 if target.adaptive is not None:
                     target.adaptive.stop()
             return None
-        if maximum is None:
-            raise ConfigurationError("adapt.maximum", None,
-                                     "a whole number of workers: batch jobs need a bound")
         target = manager.pool(pool)
-        adaptive = PoolAdaptive(manager, target, minimum=minimum or 0, maximum=maximum,
-                                **kwargs)
+        adaptive = PoolAdaptive(manager, target, minimum=minimum or 0,
+                                maximum=10 if maximum is None else maximum, **kwargs)
         manager.check_limits(target, maximum)
         if target.adaptive is not None:
             target.adaptive.stop()

@@ -85,8 +85,10 @@ class HTCGateway(Gateway):
         (``container_image``, ``pixi_project`` + ``pixi_env``, ``conda_env``), or
         ``pools={name: {system: ..., <add_pool options>}}``; ``annotate_resources`` and
         ``gpu_fraction`` set the clients' GPU/CPU routing. Every other keyword, and each of
-        these that the gateway offers as a cluster option, goes to the gateway. Nothing is
-        submitted until :meth:`HTCGatewayCluster.scale` or ``adapt``.
+        these that the gateway offers as a cluster option, goes to the gateway (a memory in
+        its unit, GiB); the values of a ``cluster_options`` object that differ from the
+        gateway's defaults size the pool too. Nothing is submitted until
+        :meth:`HTCGatewayCluster.scale` or ``adapt``.
         """
         return self.cluster_class(cluster_options=cluster_options,
                                  shutdown_on_close=shutdown_on_close,

@@ -223,6 +223,28 @@ def pool_specs(options: Mapping[str, Any], env: Mapping[str, str],
     return specs
 
 
+def offered_value(keyword: str, value: Any, default: Any) -> Any:
+    """``value`` of an option the gateway offers, as its field reads it: a memory with its
+    unit (``"8 GiB"``, a quantity) becomes GiB where the gateway's default is a number
+    (dask-gateway's ``worker_memory`` is a ``Float`` of GiB); anything else as given."""
+    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if keyword != "worker_memory" or not numeric or value is None or (
+            isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    from hybrid.units import parse_memory, to_bytes
+
+    return to_bytes(parse_memory(value, keyword)) / 2**30
+
+
+def changed_options(options: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of a dask-gateway ``Options`` object that differ from the gateway's
+    defaults: what its user chose (``{}`` without one)."""
+    if not isinstance(options, Mapping):
+        return {}
+    return {key: value for key, value in options.items()
+            if key in defaults and value != defaults[key]}
+
+
 def _gib(memory: Any, field: str) -> Any:
     """dask-gateway's ``worker_memory`` unit: a bare number is GiB (anything else as given)."""
     if not isinstance(memory, (int, float)) or isinstance(memory, bool):

@@ -160,7 +160,8 @@ class Preferences:
         except PydanticCustomError as error:
             raise ConfigurationError(f"{label}.fallback_after", after,
                                      str((error.context or {}).get("accepted", error))
-                                     + " (0: fall back as soon as a job pends)") from None
+                                     .replace("(0: none)", "(0: fall back as soon as a job "
+                                              "pends)")) from None
         if wait > MAX_FALLBACK_AFTER:
             raise ConfigurationError(f"{label}.fallback_after", after,
                                      "a duration of at most 7 days: a job that waits longer "

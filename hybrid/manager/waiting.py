@@ -60,6 +60,7 @@ class WaitingForWorkers:
         display = None if mode is None else WaitProgress(n, label, mode, sys.stderr)
         last_refresh = time.monotonic()
         outcome = "stopped"
+        first = True
         for target in pools:  # failures now reach the caller through this wait's exception
             target.waiters += 1
         try:
@@ -73,6 +74,9 @@ class WaitingForWorkers:
                 if have >= n:
                     outcome = "done"
                     return
+                if first:  # (once the display shows where the pools stand)
+                    first = False
+                    self._check_reachable(pools, n, label, pool)
                 now = time.monotonic()
                 if now - last_refresh >= poll:
                     last_refresh = now
@@ -92,6 +96,26 @@ class WaitingForWorkers:
                 target.waiters -= 1
             if display is not None:
                 display.close(outcome)
+
+    @staticmethod
+    def _check_reachable(pools: list[ManagedPool], n: int, label: str,
+                         pool: str | None) -> None:
+        """Refuse at once a wait for more workers than the pools' jobs can start: their
+        targets (an adaptive pool's maximum) times the workers of a job."""
+        most = {p.name: max(p.target, p.adaptive.maximum if p.adaptive is not None else 0)
+                * p.spec.max_processes for p in pools}
+        if n <= sum(most.values()):
+            return
+        scaled = ", ".join(f"{name}: {count}" for name, count in most.items())
+        if len(pools) == 1:  # scale counts jobs: a job may run several workers
+            jobs = -(-n // pools[0].spec.max_processes)
+            where = f", pool={pool!r}" if pool is not None else ""
+            fix = f"call cluster.scale({jobs}{where}) or adapt(maximum={jobs})"
+        else:
+            fix = "scale (or adapt) the pools to them"
+        raise WorkersDidNotArrive(
+            f"waiting for {n} workers of {label}, but its jobs start at most "
+            f"{sum(most.values())} ({scaled}): {fix} first, then wait.")
 
     @staticmethod
     def _check_failed(pools: list[ManagedPool]) -> None:

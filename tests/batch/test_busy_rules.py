@@ -128,6 +128,7 @@ def test_orders_of_preference_and_their_bad_input_submit_nothing(staging) -> Non
             with pytest.raises(ConfigurationError, match=words) as caught:
                 cluster.prefer(*args, **kwargs)
             assert caught.value.field == field, (args, kwargs, caught.value)
+            assert str(caught.value).count("(0:") <= 1, caught.value  # one aside, not two
         cluster.prefer(["a", "b"], fallback_after="10 minutes")
         with pytest.raises(ConfigurationError, match=r"cycle: .*b -> a -> b|a -> b -> a"):
             cluster.prefer(["b", "a"])

@@ -254,3 +254,47 @@ def test_scale_down_moves_results_off_retired_workers(staging) -> None:
             assert client.gather(futures) == [x * x for x in range(30)]
             assert len({w for ws in client.who_has(futures).values() for w in ws}) == 1
         assert len(cluster.pools["cpu"].active()) == 1
+
+
+def test_adapt_active_false_stops_it_as_on_a_gateway_cluster(staging) -> None:
+    """``adapt(active=False)`` (dask-gateway's way to stop adapting) was refused here while
+    ``HTCGatewayCluster`` took it; ``target_duration`` is refused with the reason."""
+    with HybridCluster() as cluster:
+        cluster.add_pool("a", "local", nanny=False)
+        cluster.add_pool("b", "local", nanny=False)
+        first = cluster.adapt(pool="a", maximum=2, interval="0.2s")
+        second = cluster.adapt(pool="b", maximum=2, interval="0.2s")
+        wait_for(lambda: first.steps > 0 and second.steps > 0, 30, "both to take a step")
+        assert cluster.adapt(pool="a", active=False) is None
+        assert cluster.pools["a"].adaptive is None and cluster.pools["b"].adaptive is second
+        steps = first.steps
+        wait_for(lambda: second.steps >= steps + 3, 30, "the other pool to go on adapting")
+        assert first.steps == steps  # stopped: it takes no step
+        assert cluster.adapt(active=False) is None  # every pool
+        assert cluster.pools["b"].adaptive is None
+        with pytest.raises(ConfigurationError, match="tasks waiting") as caught:
+            cluster.adapt(pool="a", maximum=2, target_duration="5s")
+        assert caught.value.field == "adapt.target_duration"
+        assert cluster.pools["a"].adaptive is None and cluster.jobs() == []
+
+
+def test_waiting_for_more_workers_than_the_pools_are_scaled_to_says_so_at_once(staging) -> None:
+    """``scale(1)`` then ``wait_for_workers(3)`` waited out its timeout (or forever, without
+    one) for workers no job would start."""
+    import time
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("a", "local", nanny=False)
+        cluster.add_pool("b", "local", cores=2, processes=2)
+        cluster.scale(1, pool="a")
+        started = time.monotonic()
+        with pytest.raises(WorkersDidNotArrive, match=r"at most 1 \(a: 1\)") as caught:
+            cluster.wait_for_workers(3, pool="a", timeout=60)
+        assert "scale(3, pool='a')" in str(caught.value)
+        assert time.monotonic() - started < 30  # at once, not after the 60 s
+        # every pool: a job of b runs two workers; an adaptive pool may grow to its maximum
+        cluster.scale(1, pool="b")
+        with pytest.raises(WorkersDidNotArrive, match=r"at most 3 \(a: 1, b: 2\)"):
+            cluster.wait_for_workers(4, timeout=60)
+        cluster.adapt(pool="a", minimum=1, maximum=3, interval="0.5s")
+        cluster.wait_for_workers(3, timeout=60)  # reachable: 1 of a, 2 of b

@@ -25,6 +25,7 @@ import pytest
 from distributed.scheduler import KilledWorker
 
 from hybrid import HybridCluster
+from hybrid.quiet_logs import RestartsExplained
 from tests.batch._restart import (
     REFILL,
     active_jobs,
@@ -138,3 +139,38 @@ def test_a_worker_over_its_memory_limit_is_killed_and_replaced(kind, nanny, requ
                          "the job script's word in the job's log")
         assert pool.failures == 0 and pool.failed is None
     assert active_jobs(cluster, "w") == set()
+
+
+def test_a_restart_of_workers_without_a_nanny_is_explained_not_warned(staging, capfd) -> None:
+    """The scheduler warned "Workers [...] do not use a nanny and will be terminated without
+    restarting them" on every ``client.restart()``, though the pool replaces them (a report
+    of a first-time user): this cluster's line is now an INFO line that says so."""
+    import logging
+
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep(level=logging.DEBUG)
+    logger = logging.getLogger("distributed.scheduler")
+    logger.addHandler(keep)
+    try:
+        with dask.config.set(QUICK), HybridCluster() as cluster:
+            cluster.add_pool("w", "local", nanny=False)
+            cluster.scale(1)
+            cluster.wait_for_workers(1, timeout=REFILL, progress=False)
+            capfd.readouterr()
+            with cluster.get_client() as client:
+                client.restart(timeout=REFILL)
+            err = capfd.readouterr().err
+    finally:
+        logger.removeHandler(keep)
+    assert "will be terminated without restarting them" not in err, err
+    lines = [r for r in seen if "without a nanny" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in lines] == [
+        ("INFO", "Restarting 1 worker(s) without a nanny: they end, and their pools submit "
+                 "new jobs in their place")]
+    # its filter went with the cluster: another scheduler's warning stays a warning
+    assert RestartsExplained.__name__ not in {type(f).__name__ for f in logger.filters}

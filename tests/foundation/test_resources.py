@@ -302,3 +302,11 @@ def test_configuration_error_with_a_fix_keeps_it_through_pickling():
     error = ConfigurationError("pool.ports", "1:2", "a range of 10 ports", fix="Widen the range.")
     assert str(error).endswith("Widen the range.")
     assert str(pickle.loads(pickle.dumps(error))) == str(error)
+
+
+@pytest.mark.parametrize("value", ["8G", "8gb"])
+def test_a_memory_in_short_units_gets_the_hint_a_pool_gets(value) -> None:
+    """``add_pool(memory="8G")`` said what was meant; the resource classes did not."""
+    with pytest.raises(ConfigurationError, match='Did you mean "8 GiB"') as caught:
+        QueueWorkerResources(per_thread_memory_limit=value)
+    assert caught.value.field == "QueueWorkerResources.per_thread_memory_limit"

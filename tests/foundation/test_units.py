@@ -76,7 +76,9 @@ def test_parse_walltime(value, hhmm):
 @pytest.mark.parametrize(
     ("value", "hhmm"),
     [("1h", "01:00"), ("90 minutes", "01:30"), ("2.5 hours", "02:30"), ("30 min", "00:30"),
-     ("61s", "00:02"), (" 6h ", "06:00")],
+     ("61s", "00:02"), (" 6h ", "06:00"),
+     # Slurm's days-hours forms, as dask-jobqueue users write them
+     ("1-00:00:00", "24:00"), ("2-12", "60:00"), ("0-01:30", "01:30"), ("1-00:00:01", "24:01")],
 )
 def test_parse_walltime_reads_a_duration_with_its_unit_as_dask_does(value, hhmm):
     """``lease="2h"`` worked beside ``walltime="2h"``, which was refused: the same words."""
@@ -97,8 +99,13 @@ def test_parse_walltime_refuses(value):
 
 def test_a_bare_number_of_wall_time_asks_for_its_unit():
     """Slurm reads ``--time=90`` as minutes and Dask reads 90 as seconds: no guess."""
-    with pytest.raises(ConfigurationError, match="no unit"):
-        parse_walltime("90", "walltime")
+    for value in ("90", " 1.5 "):
+        with pytest.raises(ConfigurationError, match="no unit"):
+            parse_walltime(value, "walltime")
+    for value in ("1-25:00", "1:00:00:00", "90-"):  # not bare numbers: not told they are
+        with pytest.raises(ConfigurationError) as caught:
+            parse_walltime(value, "walltime")
+        assert "no unit" not in str(caught.value)
 
 
 @pytest.mark.parametrize("value", ["5h", "90 minutes", 5])
