@@ -219,7 +219,10 @@ class PoolAdaptive(AdaptiveCore):
         except Exception as error:  # keep adapting; the error is reported
             self._plan = None
             self.errors.append(str(error))
-            logger.warning("pool %s: adaptive step failed: %s", self.pool.name, error)
+            # (a step under way when adaptivity stopped fails as its cluster closes: that
+            # is how the close goes, not news)
+            logger.log(logging.WARNING if self._callback is not None else logging.DEBUG,
+                       "pool %s: adaptive step failed: %s", self.pool.name, error)
         finally:
             self._step_workers = self._step_names = None
         if self.pool.failed:

@@ -132,6 +132,7 @@ def setting_types() -> dict[str, Any]:
                                          "GPU first off)"),
         "logging.verbose": StrictBool,
         "lifecycle.sigterm": StrictBool,
+        "lifecycle.sighup": StrictBool,
         "worker.nanny": StrictBool | None,
         "worker.check-paths": StrictBool,
         "worker.lifetime-restart": StrictBool,

@@ -19,6 +19,9 @@ closed. What ends the process then ends the clusters the same way:
   (``hybrid.lifecycle.sigterm``). With an asynchronous cluster open, SIGTERM raises
   :class:`Terminated` (a ``SystemExit``, status 143) instead, so that the event loop ends
   and closes it;
+- SIGHUP (the terminal or ssh session of a script on a submit node closed): the same, with
+  status 129; not where it is ignored (``nohup``, ``setsid``'s daemons) or handled, nor with
+  ``hybrid.lifecycle.sighup: false``;
 - an asynchronous cluster left open when ``asyncio.run`` ends: closed on its loop when the
   loop cancels its remaining tasks, before the loop closes.
 
@@ -52,14 +55,21 @@ __all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "
 SIGTERM_STATUS = 128 + signal.SIGTERM
 INTERRUPTED = "interrupted (Ctrl-C)"
 TERMINATED = "terminated (SIGTERM)"
+HUNG_UP = "hung up (SIGHUP: its terminal closed)"
+#: The signals that end the process after closing the open clusters: why, and the setting
+#: that turns each off.
+_ENDING_SIGNALS: dict[int, tuple[str, str]] = {signal.SIGTERM: (TERMINATED, "lifecycle.sigterm")}
+if hasattr(signal, "SIGHUP"):
+    _ENDING_SIGNALS[signal.SIGHUP] = (HUNG_UP, "lifecycle.sighup")
 
 
 class Terminated(SystemExit):
-    """SIGTERM arrived: the process ends as on ``sys.exit(143)`` (no traceback), after the
-    open clusters are closed."""
+    """SIGTERM (or SIGHUP) arrived: the process ends as on ``sys.exit(143)`` (129) with no
+    traceback, after the open clusters are closed."""
 
-    def __init__(self) -> None:
-        super().__init__(SIGTERM_STATUS)
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
 
 
 class Ending:
@@ -111,7 +121,7 @@ class Ending:
         elif error is not None:
             if why is not None:
                 _say(f"{why}: closing {self.label} failed: {error}")
-        elif why in (INTERRUPTED, TERMINATED) and (  # a normal exit closes quietly
+        elif why in (INTERRUPTED, TERMINATED, HUNG_UP) and (  # a normal exit closes quietly
                 self._said_before is None or self._said_before == _said_count):
             _say(f"{why}: {self.label} {note or 'closed'}.")
 
@@ -140,7 +150,8 @@ class Ending:
 _lock = threading.RLock()
 _endings: list[Ending] = []
 _installed = False
-_previous_sigterm: Any = None
+#: What each ending signal did before hybrid's handler (while one is installed).
+_previous_handlers: dict[int, Any] = {}
 _previous_excepthook: Any = None
 _exiting: str | None = None  # why the process is ending, once it is
 _reported = False  # a line was printed for an interruption: the traceback is left out
@@ -173,7 +184,7 @@ def terminating() -> bool:
     point it interrupted the main thread, so a close then leaves the event loops running
     (the process ends with them): stopping one takes ``distributed``'s loop lock, which the
     interrupted code may hold (a Client starting its loop)."""
-    return _exiting == TERMINATED
+    return _exiting in (TERMINATED, HUNG_UP)
 
 
 def closed_error(label: str, fix: str) -> ClusterClosed:
@@ -214,16 +225,17 @@ def closing() -> Iterator[None]:
         def patience(signum: int, frame: Any) -> None:
             pressed[0] += 1
             if pressed[0] > 1:  # asked again: stop waiting
-                if signum == signal.SIGTERM:
-                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                    os.kill(os.getpid(), signal.SIGTERM)
+                if signum in _ENDING_SIGNALS:
+                    signal.signal(signum, signal.SIG_DFL)
+                    os.kill(os.getpid(), signum)
                 raise KeyboardInterrupt
             _say("still closing: removing the cluster's jobs (at most a minute). Press "
                  "Ctrl-C again to stop waiting; `hybrid gc` then finds what is left.")
 
-        # only where the signal does what Python does by default (or hybrid's SIGTERM)
+        # only where the signal does what Python does by default (or hybrid's handler)
         defaults = {signal.SIGINT: (signal.default_int_handler,),
-                    signal.SIGTERM: (signal.SIG_DFL, _on_sigterm)}
+                    **{number: (signal.SIG_DFL, _on_ending_signal)
+                       for number in _ENDING_SIGNALS}}
         for number, ours in defaults.items():
             with contextlib.suppress(ValueError, OSError):
                 if signal.getsignal(number) in ours:
@@ -237,7 +249,7 @@ def closing() -> Iterator[None]:
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(number, handler)
         if previous:
-            _release_sigterm()
+            _release_signals()
 
 
 def sync(loop: Any, function: Callable[..., Any], *args: Any,
@@ -319,9 +331,9 @@ async def outcome(future: asyncio.Future, timeout: float) -> Any:
 
 # ---------------------------------------------------------------------- the process's hooks
 def _install() -> None:
-    """Hook the process's ending once: before the thread pools shut down, SIGTERM, and an
-    uncaught Ctrl-C."""
-    global _installed, _previous_sigterm, _previous_excepthook
+    """Hook the process's ending once: before the thread pools shut down, SIGTERM and SIGHUP
+    (where they still do what they do by default), and an uncaught Ctrl-C."""
+    global _installed, _previous_excepthook
     if not _installed:
         _installed = True
         try:
@@ -333,56 +345,60 @@ def _install() -> None:
         _previous_excepthook = sys.excepthook
         sys.excepthook = _excepthook
         os.register_at_fork(after_in_child=_forget_all)
-    if (_previous_sigterm is None and threading.current_thread() is threading.main_thread()
-            and config.get("lifecycle.sigterm", True)):
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number, (_, setting) in _ENDING_SIGNALS.items():
+        if number in _previous_handlers or not config.get(setting, True):
+            continue
         with contextlib.suppress(ValueError, OSError):
-            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+            if signal.getsignal(number) == signal.SIG_DFL:  # (not nohup's SIG_IGN)
+                _previous_handlers[number] = signal.signal(number, _on_ending_signal)
 
 
 def _forget(ending: Ending) -> None:
     with _lock:
         if ending in _endings:
             _endings.remove(ending)
-        _release_sigterm()
+        _release_signals()
 
 
-def _release_sigterm() -> None:
-    """No cluster open any more: SIGTERM does again what it did before the first one (inside
-    :func:`closing`, whose own handler is in place, its end does this)."""
-    global _previous_sigterm
+def _release_signals() -> None:
+    """No cluster open any more: SIGTERM and SIGHUP do again what they did before the first
+    one (inside :func:`closing`, whose own handler is in place, its end does this)."""
     with _lock:
-        if _endings or _previous_sigterm is None or _exiting is not None:
+        if _endings or not _previous_handlers or _exiting is not None:
             return
-        if threading.current_thread() is threading.main_thread() and (
-                signal.getsignal(signal.SIGTERM) is _on_sigterm):
-            signal.signal(signal.SIGTERM, _previous_sigterm)
-            _previous_sigterm = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for number, previous in list(_previous_handlers.items()):
+            if signal.getsignal(number) is _on_ending_signal:
+                signal.signal(number, previous)
+                del _previous_handlers[number]
 
 
 def _forget_all() -> None:
     """In a forked child: its parent's clusters are not its own to close."""
-    global _previous_sigterm
     with _lock:
         _endings.clear()
-        _previous_sigterm = None
+        _previous_handlers.clear()
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """Close the open clusters here and now, then end as SIGTERM ends a process (whatever
-    the main thread was doing: no exception a framework could catch and go on after).
-    With an asynchronous cluster open, :class:`Terminated` ends its event loop instead,
-    which closes it (:meth:`Ending.guard`)."""
+def _on_ending_signal(signum: int, frame: Any) -> None:
+    """Close the open clusters here and now, then end as SIGTERM (SIGHUP) ends a process
+    (whatever the main thread was doing: no exception a framework could catch and go on
+    after). With an asynchronous cluster open, :class:`Terminated` ends its event loop
+    instead, which closes it (:meth:`Ending.guard`)."""
     global _exiting
-    _exiting = _exiting or TERMINATED
+    why = _ENDING_SIGNALS[signum][0]
+    _exiting = _exiting or why
     if any(ending.asynchronous for ending in open_endings()):
-        raise Terminated()
-    end_all(TERMINATED)
+        raise Terminated(signum)
+    end_all(why)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _at_exit() -> None:
@@ -407,7 +423,7 @@ def _why_now() -> str | None:
     interrupted, terminated or exiting (``None`` otherwise)."""
     error = sys.exc_info()[1]
     if isinstance(error, Terminated):
-        return TERMINATED
+        return _ENDING_SIGNALS.get(error.signum, (TERMINATED, ""))[0]
     if isinstance(error, KeyboardInterrupt):
         return INTERRUPTED
     return _exiting

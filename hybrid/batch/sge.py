@@ -176,6 +176,13 @@ def _details(root: ET.Element | None) -> dict[str, _Detail]:
         for number in message.iterfind("MES_job_number_list/ulong_sublist/ULNG_value"):
             if number.text and number.text.strip() in details:
                 details[number.text.strip()].messages.append(text)
+    # why nothing more starts anywhere (a full cell: "queue instance ... dropped because it
+    # is full"): the reason of every job without one of its own
+    cell = [text for message in root.iterfind(".//SME_global_message_list/element")
+            if (text := _text(message, "MES_message"))]
+    for detail in details.values():
+        if not detail.messages:
+            detail.messages = list(cell)
     return details
 
 

@@ -188,7 +188,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         pool.submitted += len(ids)
         pool.track(JobStatus("", JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address).for_jobs(ids))
-        pool._submitted.update(dict.fromkeys(ids, self.clock()))
+        now = self.clock()
+        pool._submitted.update(dict.fromkeys(ids, now))
+        # waiting from now on, whether or not the batch system ever gives a reason (its
+        # status may never change until the job starts)
+        pool._first_pending.update(dict.fromkeys(ids, now))
         logger.info("pool %s: submitted %d worker job(s): %s", pool.name, len(ids),
                     short_ids(ids))
         return ids

@@ -66,6 +66,8 @@ class JobWatch:
             for status in statuses:  # their walltime runs from about now: a lower bound
                 if status.pool == pool.name and status.state is JobState.running:
                     pool._started.setdefault(status.job_id, now)
+                elif status.pool == pool.name and status.state is JobState.pending:
+                    pool._first_pending.setdefault(status.job_id, now)  # (as a lower bound)
             pool.target = len(pool.counted())
 
     async def jobs(self, pool: str | None = None) -> list[JobStatus]:

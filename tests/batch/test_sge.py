@@ -171,6 +171,39 @@ def test_held_and_error_state_jobs_are_reported_with_their_reason(sge_cell, stag
 
 
 @pytest.mark.sge
+def test_a_job_waiting_for_a_full_queue_says_why_and_its_wait_is_counted(
+        sge_cell, staging, caplog) -> None:
+    """A full cell gives a waiting job no message of its own, only the scheduler's global
+    ones ("dropped because it is full"): the job had no reason, no stuck warning, and no
+    pending clock, so an order of preference never fell back from it (a report)."""
+    import logging
+    import time
+
+    slots = 16  # the CI cell's one host (ci/sge/up.sh)
+    settings = {"hybrid.batch.stuck-timeout": "1s", "hybrid.batch.poll-interval": "0.5s"}
+    with dask.config.set(settings), HybridCluster() as cluster, \
+            caplog.at_level(logging.WARNING, logger="hybrid"):
+        cluster.add_pool("big", "sge", cores=slots // 2, memory="256 MiB", nanny=False)
+        cluster.scale(3)  # two fill the cell; the third waits
+        started = time.monotonic()
+
+        def waiting_for_the_full_queue() -> bool:
+            status = cluster.pool_status()["big"]
+            return bool(status.jobs.get("pending")) and "full" in str(status.reasons)
+
+        wait_for(waiting_for_the_full_queue, 120, "a task waiting with the cell's reason")
+        wait_for(lambda: cluster.pool_status()["big"].oldest_pending is not None, 30,
+                 "the waiting task's pending clock")
+        wait_for(lambda: any("queued for more than" in r.getMessage() and "full" in
+                             r.getMessage() for r in caplog.records), 30,
+                 "the stuck warning with the reason")
+        pool = cluster.pools["big"]
+        assert pool.stale_pending(time.monotonic(), 0) >= 1
+        assert cluster.pool_status()["big"].oldest_pending <= time.monotonic() - started + 1
+    assert sge_jobs(cluster.name) == []
+
+
+@pytest.mark.sge
 def test_scale_up_down_up_the_queue_follows_the_target(sge_cell, staging) -> None:
     resources = QueueWorkerResources(per_thread_memory_limit="256 MiB",
                                      wallclock_time_limit="00:10")

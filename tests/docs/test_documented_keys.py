@@ -174,12 +174,14 @@ def _poll_interval() -> Any:
 
 
 def _scheduler() -> Any:
-    """Where HybridCluster's own scheduler listens, and whether SIGTERM is handled."""
+    """Where HybridCluster's own scheduler listens, and whether SIGTERM and SIGHUP are
+    handled."""
     from hybrid import HybridCluster
 
     with HybridCluster() as cluster:
         return (cluster.scheduler_address.rsplit(":", 1)[0],
-                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+                signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
 
 
 def _fallback_after() -> Any:
@@ -330,6 +332,7 @@ def effects(tmp: Path) -> dict[str, tuple[Any, Callable[[], Any]]]:
                                                 _worker_proxy),
         "hybrid.logging.verbose": (True, _distributed_says),
         "hybrid.lifecycle.sigterm": (False, _scheduler),
+        "hybrid.lifecycle.sighup": (False, _scheduler),
         "hybrid.scheduler.host": ("127.0.0.2", _scheduler),
         "hybrid.templates.directory": (str(tmp), _template_directory(tmp)),
         "hybrid.worker-dask-config": ({"distributed.worker.daemon": True},

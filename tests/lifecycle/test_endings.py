@@ -104,13 +104,13 @@ def script(request, tmp_path, staging) -> Iterator[Any]:
     runs: list[Run] = []
     gateway = None
 
-    def start(kind: str, phase: str) -> Run:
+    def start(kind: str, phase: str, nohup: bool = False) -> Run:
         nonlocal gateway
-        extra = {}
+        extra = {"HYBRID_T_NOHUP": "1"} if nohup else {}
         if kind.startswith("gateway"):
             if gateway is None:
                 gateway = request.getfixturevalue("lifecycle_gateway")
-            extra = {"HYBRID_T_GATEWAY": gateway.address, "HYBRID_T_PROXY":
+            extra |= {"HYBRID_T_GATEWAY": gateway.address, "HYBRID_T_PROXY":
                      gateway.proxy_address, "HYBRID_T_USER": gateway.username,
                      "HYBRID_T_PASSWORD": gateway.password}
         if "htcondor" in kind:
@@ -287,6 +287,33 @@ def test_sigterm_closes_like_ctrl_c_then_ends_the_process_as_sigterm_does(script
     assert run.finish() == -signal.SIGTERM, run.text()  # a shell says 143
     assert "phase swallowed" not in run.lines
     _assert_one_clean_message(run, "terminated (SIGTERM)", run.cluster, _ended(run))
+    _assert_nothing_left(run)
+
+
+@pytest.mark.parametrize(("kind", "phase"), [
+    _with_phase("htcondor", "sleep"), _with_phase("gateway-local", "wait"),
+    _with_phase("gateway-local", "swallow")])
+def test_a_closed_terminal_closes_like_sigterm_then_ends_the_process_as_sighup_does(
+        script, kind, phase):
+    """A script on a submit node whose ssh session dropped got SIGHUP, died of it and left
+    its jobs, staging and credentials behind (a report)."""
+    run = script(kind, phase)
+    run.until("sleep" if phase == "swallow" else phase)
+    run.process.send_signal(signal.SIGHUP)
+    assert run.finish() == -signal.SIGHUP, run.text()  # a shell says 129
+    assert "phase swallowed" not in run.lines
+    _assert_one_clean_message(run, "hung up (SIGHUP", run.cluster, _ended(run))
+    _assert_nothing_left(run)
+
+
+@pytest.mark.gateway
+def test_a_script_started_with_nohup_keeps_running_through_sighup(script):
+    run = script("gateway-local", "wait", nohup=True)
+    run.until("wait")
+    run.process.send_signal(signal.SIGHUP)  # ignored, as nohup asked: SIGTERM ends it
+    run.process.send_signal(signal.SIGTERM)
+    assert run.finish() == -signal.SIGTERM, run.text()
+    _assert_one_clean_message(run, "terminated (SIGTERM)", run.cluster, "shut down")
     _assert_nothing_left(run)
 
 

@@ -28,6 +28,8 @@ from dask_gateway import BasicAuth
 from hybrid import HTCGateway, HybridCluster
 
 kind, phase = sys.argv[1], sys.argv[2]
+if os.environ.get("HYBRID_T_NOHUP"):  # as `nohup` starts it: SIGHUP ignored
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where it hangs
 
 
@@ -70,6 +72,8 @@ cluster.scale(2)
 if phase == "queued":
     say("queued")
     time.sleep(600)
+if phase == "wait":  # a third worker it may get (its adaptive maximum) but never does
+    cluster.adapt(minimum=2, maximum=3, interval="0.5s")  # (no task asks for it)
 say("wait")
 cluster.wait_for_workers(3 if phase == "wait" else 2, 600, progress=False)
 say("sleep")
