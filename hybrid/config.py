@@ -149,6 +149,40 @@ def setting_types() -> dict[str, Any]:
     }
 
 
+#: Settings whose keys are the user's own (Dask keys, variable names, a system's options).
+_OPEN_MAPPINGS = frozenset({"worker-dask-config", "env", "system-options"})
+
+
+def unknown_settings() -> list[tuple[str, str | None]]:
+    """Keys set under ``hybrid.`` that no setting of the packaged ``hybrid.yaml`` has (an
+    admin's typo, which Dask itself ignores), each with the closest known key (or ``None``).
+    Mappings of the user's own keys (``worker-dask-config``, ``env``, ``system-options``)
+    are not looked into, nor a system's section (``hybrid.batch.slurm``), whose keys the
+    pool model checks (``hybrid doctor --system`` builds its pool)."""
+    import difflib
+
+    with DEFAULTS_FILE.open() as f:
+        known = yaml.safe_load(f)["hybrid"]
+    found: list[tuple[str, str | None]] = []
+
+    def walk(prefix: str, given: Any, defaults: Any) -> None:
+        if (not isinstance(given, dict) or not isinstance(defaults, dict) or not defaults
+                or prefix.rsplit(".", 1)[-1] in _OPEN_MAPPINGS):
+            return
+        names = {str(k).replace("_", "-"): k for k in defaults}
+        for key, value in given.items():
+            name = str(key).replace("_", "-")
+            if name in names:
+                if prefix != "hybrid.batch":  # (a system's section: the pool model's keys)
+                    walk(f"{prefix}.{name}", value, defaults[names[name]])
+            else:
+                close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
+                found.append((f"{prefix}.{name}", f"{prefix}.{close[0]}" if close else None))
+
+    walk("hybrid", dask.config.get("hybrid", {}), known)
+    return found
+
+
 def section(key: str) -> dict[str, Any]:
     """A configuration section as a dict with ``_`` for ``-`` in its keys (``{}`` if unset)."""
     value = get(key, None) or {}

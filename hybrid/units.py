@@ -144,6 +144,9 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
             minutes = _duration_minutes(value)
         elif not hh_mm_only and _BARE_NUMBER.match(value):
             raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
+    if minutes is None and not hh_mm_only and isinstance(value, (int, float)) and not (
+            isinstance(value, bool)):
+        raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
     if minutes is None or not math.isfinite(minutes):
         raise ConfigurationError(field, value, accepted)
     if minutes > 999 * 60:

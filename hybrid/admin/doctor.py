@@ -318,6 +318,37 @@ def check_batch_system(system: str, timeout: float = BATCH_CHECK_TIMEOUT) -> Che
     return found.check(timeout)
 
 
+def check_settings() -> CheckResult:
+    """No key under ``hybrid.`` that hybrid does not know (Dask ignores a typo silently)."""
+    name = "settings"
+    unknown = config.unknown_settings()
+    if not unknown:
+        return ok(name, "every hybrid.* key set is one hybrid reads")
+    said = "; ".join(f"{key} (did you mean {close}?)" if close else key
+                     for key, close in unknown)
+    return warn(name, f"{len(unknown)} key(s) hybrid does not read: {said}",
+                f"Fix or remove them in {config.config_directory() / 'hybrid.yaml'} (or the "
+                "DASK_HYBRID__... variables); until then their defaults apply.")
+
+
+def check_pool_settings(system: str) -> CheckResult:
+    """The pool a ``hybrid render --system`` would build from this node's settings is
+    valid (the system's section, ``hybrid.worker.*``), and which python its workers run."""
+    from hybrid.pools import PoolSpec
+    from hybrid.worker import worker_python
+
+    name = f"pool settings for {system}"
+    try:
+        spec = PoolSpec.build("doctor", system)
+    except ConfigurationError as error:
+        return fail(name, str(error), "Fix the setting it names in hybrid.yaml (or its "
+                                      "DASK_HYBRID__... variable): every pool would fail so.")
+    python = worker_python(spec)
+    runs = (python if python is not None else
+            "the python3 its job finds on PATH after its prologue (set python to choose)")
+    return ok(name, f"hybrid.batch.{system} and hybrid.worker.* are valid; workers run {runs}")
+
+
 # --------------------------------------------------------------------------- local node
 
 
@@ -480,9 +511,11 @@ def planned_checks(options: DoctorOptions) -> list[Callable[[], CheckResult]]:
     checks.append(check_scheduler_exposure)
     if o.scheduler:
         checks.append(lambda: check_scheduler_access(o.scheduler, o.timeout))
+    checks.append(check_settings)
     if o.system:
         checks.append(lambda: check_batch_system(
             o.system, max(o.timeout, BATCH_CHECK_TIMEOUT)))
+        checks.append(lambda: check_pool_settings(str(o.system).lower()))
     worker_range = config.get("worker.port-range", None)
     checks.append(lambda: check_port_range(worker_range, "hybrid.worker.port-range",
                                            o.workers_per_node))

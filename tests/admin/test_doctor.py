@@ -71,7 +71,8 @@ def test_healthy_setup_passes_every_check(dev_gateway, gateway_cluster, worker_e
     results = run_doctor(options)
     assert [r.name for r in results] == [
         "gateway", "proxy port", "certificate", "TLS by SNI", "scheduler security",
-        "ports hybrid.worker.port-range", "worker environment", "GPU sharing (CUDA MPS)"]
+        "settings", "ports hybrid.worker.port-range", "worker environment",
+        "GPU sharing (CUDA MPS)"]
     assert all(r.status is Status.ok for r in results), [r.as_dict() for r in results]
     by_name = {r.name: r.message for r in results}
     assert by_name["gateway"].startswith("dask-gateway 2")
@@ -389,3 +390,38 @@ def test_gpu_sharing_check_says_whether_cuda_mps_is_here(tmp_path, monkeypatch) 
     there = check_gpu_sharing()
     assert there.status is Status.ok and str(double) in there.message
     assert "8 GPU tasks at once per GPU" in there.message
+
+
+def test_doctor_names_a_hybrid_key_nobody_reads_with_the_one_meant() -> None:
+    """An admin's typo (``death-timout``, ``wroker``, ``batch.slurmm``) did nothing and the
+    doctor passed (a report); keys of the user's own mappings are not typos."""
+    typos = {"hybrid.worker.death-timout": "30s", "hybrid.wroker.python": "/x",
+             "hybrid.batch.slurmm.queue": "debug",
+             "hybrid.worker-dask-config": {"distributed.anything": 1},
+             "hybrid.batch.slurm.env": {"SITE": "1"}}
+    with dask.config.set(typos):
+        result = doctor.check_settings()
+    assert result.status is Status.warn, result
+    for said in ("hybrid.worker.death-timout (did you mean hybrid.worker.death-timeout?)",
+                 "hybrid.wroker (did you mean hybrid.worker?)",
+                 "hybrid.batch.slurmm (did you mean hybrid.batch.slurm?)"):
+        assert said in result.message, result.message
+    assert "distributed.anything" not in result.message and "SITE" not in result.message
+    assert "3 key(s)" in result.message
+    assert doctor.check_settings().status is Status.ok  # (none set)
+
+
+@pytest.mark.parametrize(("settings", "status", "words"), [
+    ({"hybrid.batch.slurm.partiton": "debug"}, Status.fail, "hybrid.batch.slurm.partiton"),
+    ({"hybrid.batch.slurm.walltime": 90}, Status.fail, "a bare number has no unit"),
+    ({"hybrid.batch.slurm.job-script-prologue": ["module load x"]}, Status.ok,
+     "workers run the python3 its job finds on PATH after its prologue"),
+    ({"hybrid.batch.slurm.python": "/opt/py/bin/python3"}, Status.ok,
+     "workers run /opt/py/bin/python3"),
+])
+def test_doctor_builds_the_pool_a_system_s_settings_give(settings, status, words) -> None:
+    """A section that made every pool fail passed the doctor, which also named the wrong
+    python where a prologue makes the job look it up (a report)."""
+    with dask.config.set(settings):
+        result = doctor.check_pool_settings("slurm")
+    assert result.status is status and words in result.message, result
