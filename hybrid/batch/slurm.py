@@ -75,6 +75,15 @@ class SlurmSettings(SystemSettings):
     max_array_size: count(1, 4_000_000) = 1000
 
 
+#: What hybrid sets from a pool's own options (a directive that also sets it would win over
+#: them in Slurm, and the workers' lifetime, threads and memory limit would not know it).
+_WALLTIME = "the wall time (give walltime: the workers' lifetime ends before it)"
+_CORES = "the job's cores (give cores: the worker's threads follow it)"
+_MEMORY = "the job's memory (give memory: the worker's memory limit follows it)"
+_PARTITION = "the partition (give queue)"
+_ENVIRONMENT = "the job's environment (nothing of the submitting shell's: give env)"
+
+
 class Slurm(CommandLineSystem):
     """A Slurm cluster reached through its command-line tools on this node."""
 
@@ -93,10 +102,14 @@ class Slurm(CommandLineSystem):
     reserved_options = ReservedOptions(
         "#SBATCH",
         short={"a": "the job array", "J": "the job name", "o": "the job's log file",
-               "e": "the job's log file", "D": "the job's directory"},
+               "e": "the job's log file", "D": "the job's directory",
+               "t": _WALLTIME, "c": _CORES, "p": _PARTITION},
         long={"array": "the job array", "job-name": "the job name",
               "comment": "the job comment (hybrid's tag)", "output": "the job's log file",
-              "error": "the job's log file", "chdir": "the job's directory"},
+              "error": "the job's log file", "chdir": "the job's directory",
+              "time": _WALLTIME, "cpus-per-task": _CORES, "mem": _MEMORY,
+              "mem-per-cpu": _MEMORY, "mem-per-gpu": _MEMORY, "partition": _PARTITION,
+              "export": _ENVIRONMENT, "export-file": _ENVIRONMENT},
         flags="hHkOQsuvVW")
 
     def parse_submit(self, out: str, count: int) -> list[str]:

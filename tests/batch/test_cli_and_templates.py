@@ -206,3 +206,13 @@ def test_a_user_template_with_a_syntax_error_is_a_clear_error_of_add_pool(tmp_pa
                                                 r"hybrid\.templates\.directory"):
             cluster.add_pool("cpu", "slurm")
         assert "cpu" not in cluster.manager.pools
+
+
+@pytest.mark.parametrize("line", ["--exclusive", "--gres=gpu:a100:1", "--begin=now+60",
+                                  "--time-min=10", "--constraint=avx2", "--mem-bind=local"])
+def test_slurm_directives_hybrid_does_not_set_go_through(line) -> None:
+    """(Refusing ``--time``, ``--mem``, ``--export``... must not catch their neighbours.)"""
+    from hybrid.pools import PoolSpec
+
+    spec = PoolSpec.build("p", "slurm", job_extra_directives=[line])
+    assert spec.job_extra_directives == (line,)

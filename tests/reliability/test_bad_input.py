@@ -295,6 +295,18 @@ BAD_INPUTS: list[Case] = [
          "job_extra_directives[0]", job_extra_directives=["--comm=mine"]),
     pool("slurm-name-attached", "job_extra_directives=['-Jname']", "job_extra_directives[0]",
          job_extra_directives=["-Jname"]),
+    # what a pool option sets (Slurm takes the later line: a report of workers killed at a
+    # walltime their lifetime did not know, and of a submitter's environment exported)
+    pool("slurm-time", "job_extra_directives=['--time=5']", "job_extra_directives[0]",
+         job_extra_directives=["--time=5"]),
+    pool("slurm-cores-grouped", "job_extra_directives=['--ntasks=1 -c4']",
+         "job_extra_directives[0]", job_extra_directives=["--ntasks=1 -c4"]),
+    pool("slurm-mem-per-cpu", "job_extra_directives=['--mem-per-cpu=1G']",
+         "job_extra_directives[0]", job_extra_directives=["--mem-per-cpu=1G"]),
+    pool("slurm-partition-short", "job_extra_directives=['-p busy']", "job_extra_directives[0]",
+         job_extra_directives=["-p busy"]),
+    pool("slurm-export-all", "job_extra_directives=['--export=ALL']",
+         "job_extra_directives[0]", job_extra_directives=["--export=ALL"]),
     pool("slurm-name-abbreviated", "job_extra_directives=['--job=name']",
          "job_extra_directives[0]", job_extra_directives=["--job=name"]),
     pool("pbs-array-attached", "job_extra_directives=['-J1-1000']", "job_extra_directives[0]",
