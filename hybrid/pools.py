@@ -505,7 +505,9 @@ class PoolSpec(BaseModel):
             sources.pop(key, None)
         data["name"] = name
         data["system"] = kind.name
-        spec = validate(cls, data, prefix=prefix, labels={**sources, **names})
+        # (a value from the configuration is named by its key, whatever the caller calls
+        # the option it would have given)
+        spec = validate(cls, data, prefix=prefix, labels={**names, **sources})
         if check_paths is None:
             check_paths = bool(config.get("worker.check-paths", True))
         if check_paths:

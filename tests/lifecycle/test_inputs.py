@@ -213,3 +213,19 @@ def test_the_slurm_page_names_the_export_flag_the_jobs_have(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     flags = re.findall(r"^#SBATCH (--export=\S+)$", result.stdout, flags=re.M)
     assert flags == [said], (flags, said)
+
+
+@pytest.mark.parametrize(("variable", "value", "key"), [
+    ("DASK_HYBRID__BATCH__SLURM__WALLTIME", "90", "hybrid.batch.slurm.walltime"),
+    ("DASK_HYBRID__BATCH__SLURM__QUEUE", "a b", "hybrid.batch.slurm.queue"),
+])
+def test_render_names_the_setting_a_bad_value_came_from(tmp_path, variable, value,
+                                                        key) -> None:
+    """``hybrid render`` blamed ``--walltime``, an option nobody passed (a report)."""
+    result = _hybrid(["render", "--system", "slurm"], tmp_path, env={variable: value})
+    assert result.returncode != 0
+    assert key in result.stderr, result.stderr
+    assert "--walltime" not in result.stderr and "--queue" not in result.stderr
+    # given on the command line, the option is what is named
+    result = _hybrid(["render", "--system", "slurm", "--walltime", "90"], tmp_path)
+    assert "--walltime" in result.stderr, result.stderr
