@@ -59,6 +59,18 @@ def start_gateway() -> Iterator[Callable[..., DevGateway]]:
 
 
 @pytest.fixture
+def htc_gateway(dev_gateway: DevGateway) -> Iterator[Any]:
+    """An HTCGateway client of the session's dev gateway, closed after the test."""
+    from hybrid.gateway.client import HTCGateway
+
+    gateway = dev_gateway.gateway(HTCGateway)
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+@pytest.fixture
 def gateway(dev_gateway: DevGateway) -> Iterator[Any]:
     """A ``dask_gateway.Gateway`` of the session's dev gateway; its clusters end with the test."""
     with gateway_client(dev_gateway) as client:

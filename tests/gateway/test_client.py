@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +73,6 @@ found["listed_after"] = [report.name for report in gateway.list_clusters()]
 gateway.close()
 print(json.dumps(found))
 """
-
-
-@pytest.fixture
-def htc_gateway(dev_gateway: DevGateway) -> Iterator[HTCGateway]:
-    """An HTCGateway client of the session's dev gateway, closed after the test."""
-    gateway = dev_gateway.gateway(HTCGateway)
-    try:
-        yield gateway
-    finally:
-        gateway.close()
 
 
 def _clean_up(gateway: HTCGateway, names: list[str], systems: tuple[str, ...]) -> None:

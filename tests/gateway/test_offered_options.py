@@ -8,12 +8,9 @@ stock client sends it), ``worker_memory="8 GiB"`` with a pool reached dask-gatew
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from hybrid.gateway.client import HTCGateway
-from hybrid.gateway_server.dev import DevGateway
 from hybrid.units import unit
 
 pytestmark = [
@@ -22,15 +19,6 @@ pytestmark = [
     pytest.mark.filterwarnings(
         "ignore:Exception ignored in.*Gateway.__del__:pytest.PytestUnraisableExceptionWarning"),
 ]
-
-
-@pytest.fixture
-def htc_gateway(dev_gateway: DevGateway) -> Iterator[HTCGateway]:
-    gateway = dev_gateway.gateway(HTCGateway)
-    try:
-        yield gateway
-    finally:
-        gateway.close()
 
 
 def _options_of(gateway: HTCGateway, name: str) -> dict:

@@ -43,7 +43,7 @@ class Run:
     """One run of the user's script: its process, its output so far, its cluster."""
 
     def __init__(self, kind: str, phase: str, env: dict[str, str]):
-        self.kind = kind
+        self.kind, self.phase = kind, phase
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, str(SCRIPT), kind, phase], cwd=REPO, env=env,
@@ -280,13 +280,17 @@ def test_ctrl_c_while_closing_does_not_cut_the_close_short(script, kind):
     _with_phase("backend-htcondor", "sleep"), _with_phase("htcondor", "locked"),
     _with_phase("gateway-local", "locked")])
 def test_sigterm_closes_like_ctrl_c_then_ends_the_process_as_sigterm_does(script, kind, phase):
-    run = script(kind, phase)
-    run.until("sleep" if phase == "swallow" else phase)
-    run.process.send_signal(signal.SIGTERM)
-    # (a script that catches every exception ends too: nothing is raised into it)
-    assert run.finish() == -signal.SIGTERM, run.text()  # a shell says 143
-    assert "phase swallowed" not in run.lines
-    _assert_one_clean_message(run, "terminated (SIGTERM)", run.cluster, _ended(run))
+    _ends_by(script(kind, phase), signal.SIGTERM, "terminated (SIGTERM)")  # a shell says 143
+
+
+def _ends_by(run: Run, signum: int, words: str) -> None:
+    """``signum`` closes the script's cluster with one line, then ends it as it ends a
+    process, even where the script catches every exception."""
+    run.until("sleep" if run.phase == "swallow" else run.phase)
+    run.process.send_signal(signum)
+    assert run.finish() == -signum, run.text()
+    assert "phase swallowed" not in run.lines  # (nothing was raised into it)
+    _assert_one_clean_message(run, words, run.cluster, _ended(run))
     _assert_nothing_left(run)
 
 
@@ -297,13 +301,7 @@ def test_a_closed_terminal_closes_like_sigterm_then_ends_the_process_as_sighup_d
         script, kind, phase):
     """A script on a submit node whose ssh session dropped got SIGHUP, died of it and left
     its jobs, staging and credentials behind (a report)."""
-    run = script(kind, phase)
-    run.until("sleep" if phase == "swallow" else phase)
-    run.process.send_signal(signal.SIGHUP)
-    assert run.finish() == -signal.SIGHUP, run.text()  # a shell says 129
-    assert "phase swallowed" not in run.lines
-    _assert_one_clean_message(run, "hung up (SIGHUP", run.cluster, _ended(run))
-    _assert_nothing_left(run)
+    _ends_by(script(kind, phase), signal.SIGHUP, "hung up (SIGHUP")  # a shell says 129
 
 
 @pytest.mark.gateway
