@@ -28,8 +28,10 @@ from dask_gateway import BasicAuth
 from hybrid import HTCGateway, HybridCluster
 
 kind, phase = sys.argv[1], sys.argv[2]
-if os.environ.get("HYBRID_T_NOHUP"):  # as `nohup` starts it: SIGHUP ignored
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+# SIGHUP as a script run from a terminal has it (SIG_DFL), whatever started the tests (CI
+# may run under nohup, whose SIG_IGN every child inherits), or as `nohup` gives it
+signal.signal(signal.SIGHUP, signal.SIG_IGN if os.environ.get("HYBRID_T_NOHUP")
+              else signal.SIG_DFL)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where it hangs
 
 
