@@ -178,10 +178,15 @@ def _scheduler() -> Any:
     handled."""
     from hybrid import HybridCluster
 
-    with HybridCluster() as cluster:
-        return (cluster.scheduler_address.rsplit(":", 1)[0],
-                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
-                signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
+    # (as in a terminal: a run under nohup would pass SIGHUP ignored, which hybrid keeps)
+    inherited = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with HybridCluster() as cluster:
+            return (cluster.scheduler_address.rsplit(":", 1)[0],
+                    signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+                    signal.getsignal(signal.SIGHUP) is signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGHUP, inherited)
 
 
 def _fallback_after() -> Any:
