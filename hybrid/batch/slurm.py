@@ -194,7 +194,10 @@ def scontrol_record(line: str) -> SlurmJob | None:
     if _base(fields.get("JobState", "")) in _PREEMPTED:
         reason = _base(fields["JobState"])
     elif state is JobState.failed and fields.get("ExitCode"):
-        reason = f"{fields.get('JobState')} (exit code {fields['ExitCode']})"
+        code, _, signal = fields["ExitCode"].partition(":")
+        ended = (f"signal {signal}" if signal.strip("0") else
+                 f"exit code {code}" if code.isdigit() else f"exit code {fields['ExitCode']}")
+        reason = f"{fields.get('JobState')} ({ended})"
     return SlurmJob(job_id, fields.get("JobName", ""), fields.get("Comment", ""), state,
                     None if reason in (None, "None") else reason)
 
@@ -215,6 +218,26 @@ def _tasks(text: str) -> list[int]:
         if first.isdigit():
             tasks += range(int(first), int(last or first) + 1, int(step or 1))
     return tasks
+
+
+def json_exit(value: object) -> str | None:
+    """How a job ended, from ``squeue --json``'s ``exit_code``: ``"exit code 127"`` or
+    ``"signal 9"`` (``None`` for 0 or nothing). Slurm 22.05 gives the raw wait status
+    (32512 for exit 127), 23.02 and later a mapping with ``return_code`` and ``signal``."""
+    if isinstance(value, dict):
+        signal = value.get("signal") or {}
+        number = signal.get("id") if isinstance(signal, dict) else signal
+        number = number.get("number") if isinstance(number, dict) else number
+        code = value.get("return_code")
+        code = code.get("number") if isinstance(code, dict) else code
+        if isinstance(number, int) and number:
+            return f"signal {number}"
+        return f"exit code {code}" if isinstance(code, int) and code else None
+    if isinstance(value, int) and not isinstance(value, bool) and value:
+        if value & 0x7F:  # killed by a signal
+            return f"signal {value & 0x7F}"
+        return f"exit code {value >> 8}" if value >> 8 else None
+    return None
 
 
 def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
@@ -239,6 +262,10 @@ def squeue_json(out: str, uid: int | None = None) -> list[SlurmJob]:
         reason = None if reason in (None, "", "None") else reason
         if _base(state) in _PREEMPTED:  # preempted, not failed: the state is the reason
             reason = _base(state)
+        elif slurm_state(state, reason) is JobState.failed:
+            ended = json_exit(job.get("exit_code"))
+            if ended:
+                reason = f"{reason or _base(state)} ({ended})"
         array, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
         if array and task is not None:
             ids = [f"{array}_{task}"]

@@ -95,3 +95,36 @@ def test_text_readers_for_older_slurm_read_name_and_reason_whole(pending_with_sp
     assert job is not None and job.name == NAME and job.state is JobState.pending
     assert job.comment == f"{DEFAULT_TAG}:{cluster}:cpu:tcp://127.0.0.1:9"
     assert job.reason == reason.replace(" ", "_")  # scontrol writes a reason's spaces as _
+
+
+@pytest.mark.parametrize(("script", "ended"), [
+    ("/nonexistent/python3 -V", "exit code 127"),  # a python that is not there
+    ("kill -KILL $$", "signal 9"),                  # the memory limit's way
+])
+def test_a_failed_job_says_how_it_ended_in_both_readers(slurm_cluster, script, ended) -> None:
+    """``squeue --json`` gave only "NonZeroExitCode" (its ``exit_code`` is the raw wait
+    status on 22.05), so the exit-code hints never showed on Slurm (a report); scontrol's
+    ``ExitCode=127:0`` was quoted whole, which no hint matched either. (The text reader of
+    a Slurm without --json has no exit code in ``squeue``'s fields: it says the reason.)"""
+    from hybrid.manager import EXIT_HINTS
+
+    cluster = f"ended-{uuid.uuid4().hex[:6]}"
+    job = _run("sbatch", "--parsable", "--output=/dev/null", "--array=1-1",
+               f"--comment={DEFAULT_TAG}:{cluster}:cpu:tcp://127.0.0.1:9",
+               f"--wrap={script}").strip()
+    task = f"{job}_1"
+    try:
+        slurm = Slurm()
+        wait_for(lambda: [s.state for s in slurm.query(job_ids=[task])] == [JobState.failed],
+                 60, "the job to fail")
+        [status] = slurm.query(job_ids=[task])
+        assert status.reason is not None and status.reason.endswith(f"({ended})"), status
+        # scontrol, which reads the tasks that left the queue on a Slurm without --json
+        line = _run("scontrol", "show", "job", "--oneliner", job).splitlines()[0]
+        record = scontrol_record(line)
+        assert record is not None and record.reason is not None
+        assert record.reason.endswith(f"({ended})"), record
+        code = ended.rsplit(" ", 1)[-1]
+        assert code in EXIT_HINTS  # what describe_end then adds
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)

@@ -33,7 +33,7 @@ import pytest
 from hybrid import HybridCluster
 from hybrid.batch import JobState, JobStatus
 from hybrid.errors import BatchError, PoolFailed, WorkersDidNotArrive
-from hybrid.manager import PoolManager
+from hybrid.manager import EXIT_HINTS, PoolManager
 from tests.batch.test_real_pools import condor_jobs, slurm_jobs, wait_for
 from tests.batch.test_sge import sge_jobs
 from tests.scheduler_workers import scheduler_workers
@@ -264,6 +264,8 @@ def test_a_job_that_keeps_failing_is_not_resubmitted_in_a_loop(
             with pytest.raises(RuntimeError, match="gave up"):
                 future.result(timeout=150)
         assert pool.failed is not None and "max-failures = 3" in pool.failed
+        if real.name == "slurm":  # (it said only "NonZeroExitCode": squeue's raw status)
+            assert "exit code 127" in pool.failed and EXIT_HINTS["127"] in pool.failed
         calls = pool.submit_calls
         assert 1 <= calls <= 3
         reconciles.wait(5)
