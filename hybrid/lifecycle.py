@@ -299,7 +299,15 @@ def sync(loop: Any, function: Callable[..., Any], *args: Any,
 
     asyncio_loop.call_soon_threadsafe(start)
     try:
-        ok, value = handed.get()
+        while True:
+            # (in turns: a signal the kernel gave another of the process's threads only
+            # sets Python's flag, and the main thread runs its handler, Ctrl-C's
+            # KeyboardInterrupt included, once it wakes; distributed's sync waits so too)
+            try:
+                ok, value = handed.get(timeout=0.5)
+                break
+            except queue.Empty:
+                continue
     except BaseException:
         with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs on it
             asyncio_loop.call_soon_threadsafe(cancel)

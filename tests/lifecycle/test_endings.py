@@ -230,6 +230,28 @@ def test_ctrl_c_inside_wait_for_workers_closes_with_one_line(script, kind):
     _assert_nothing_left(run)
 
 
+@pytest.mark.gateway
+def test_ctrl_c_the_kernel_gives_another_thread_still_closes_with_one_line(script):
+    """A process-wide signal may reach any thread; the main thread, blocked in a wait with
+    no timeout, never ran Python's handler and the script hung in wait_for_workers (seen
+    once on CI, 180 s). Sent here to one thread that is not the main one (tgkill)."""
+    import ctypes
+
+    run = script("gateway-local", "wait")
+    run.until("wait")
+    pid = run.process.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others, "the script runs threads besides its main one"
+    import platform
+
+    tgkill = {"x86_64": 234, "aarch64": 131}[platform.machine()]  # the syscall's number
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(tgkill, pid, others[0], signal.SIGINT) == 0
+    assert run.finish() == -signal.SIGINT, run.text()
+    _assert_one_clean_message(run, "interrupted (Ctrl-C)", run.cluster, "shut down")
+    _assert_nothing_left(run)
+
+
 @pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_LOCAL, BACKEND_HTCONDOR])
 def test_ctrl_c_while_the_workers_run_closes_with_one_line(script, kind):
     run = script(kind, "sleep")
