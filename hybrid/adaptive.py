@@ -256,6 +256,13 @@ def same_workers(now: Mapping[str, Mapping[str, Any]],
                                       else then_names))
 
 
+def stop_adapting(pools: Iterable[ManagedPool]) -> None:
+    """``adapt(active=False)``: these pools stop adapting (their jobs stay)."""
+    for pool in pools:
+        if pool.adaptive is not None:
+            pool.adaptive.stop()
+
+
 def check_adapt_keywords(kwargs: Mapping[str, Any], signature: str) -> None:
     """Refuse what ``adapt`` does not take; distributed's ``target_duration`` with why."""
     if "target_duration" in kwargs:

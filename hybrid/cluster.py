@@ -474,16 +474,13 @@ class HybridCluster(ClusterViews, Cluster):
         distributed's ``Cluster.adapt``): a subclass of :class:`~hybrid.adaptive.PoolAdaptive`
         to scale it with. ``active=False`` (as dask-gateway's) stops it, for every pool
         without ``pool``; the jobs stay."""
-        from hybrid.adaptive import adaptive_class, check_adapt_keywords
+        from hybrid.adaptive import adaptive_class, check_adapt_keywords, stop_adapting
 
         self._check_open()
         check_adapt_keywords(kwargs, "adapt(pool=None, minimum=0, maximum=10, interval='2s', "
                                      "wait_count=3, Adaptive=None, active=True)")
         if not active:
-            targets = [self.pool(pool)] if pool is not None else list(self.pools.values())
-            for stopped in targets:
-                if stopped.adaptive is not None:
-                    stopped.adaptive.stop()
+            stop_adapting([self.pool(pool)] if pool is not None else self.pools.values())
             return None
         target = self.pool(pool)
         adaptive = adaptive_class(Adaptive, "adapt.Adaptive")(

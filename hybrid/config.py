@@ -161,8 +161,6 @@ def unknown_settings() -> list[tuple[str, str | None]]:
     pool model checks (``hybrid doctor --system`` builds its pool)."""
     import difflib
 
-    with DEFAULTS_FILE.open() as f:
-        known = yaml.safe_load(f)["hybrid"]
     found: list[tuple[str, str | None]] = []
 
     def walk(prefix: str, given: Any, defaults: Any) -> None:
@@ -179,7 +177,7 @@ def unknown_settings() -> list[tuple[str, str | None]]:
                 close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.75)
                 found.append((f"{prefix}.{name}", f"{prefix}.{close[0]}" if close else None))
 
-    walk("hybrid", dask.config.get("hybrid", {}), known)
+    walk("hybrid", dask.config.get("hybrid", {}), PACKAGED["hybrid"])
     return found
 
 
@@ -282,4 +280,5 @@ def config_directory() -> Path:
     return Path(os.environ.get("DASK_CONFIG", Path.home() / ".config" / "dask"))
 
 
-_load_defaults()
+#: The packaged hybrid.yaml, as read once (dask.config holds it as defaults).
+PACKAGED = _load_defaults()

@@ -233,10 +233,12 @@ def json_exit(value: object) -> str | None:
         if isinstance(number, int) and number:
             return f"signal {number}"
         return f"exit code {code}" if isinstance(code, int) and code else None
-    if isinstance(value, int) and not isinstance(value, bool) and value:
-        if value & 0x7F:  # killed by a signal
-            return f"signal {value & 0x7F}"
-        return f"exit code {value >> 8}" if value >> 8 else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        try:
+            code = os.waitstatus_to_exitcode(value)  # (negative: the signal's number)
+        except ValueError:
+            return None
+        return f"signal {-code}" if code < 0 else f"exit code {code}" if code else None
     return None
 
 

@@ -389,7 +389,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
     async def _adapt(self, minimum: int | None, maximum: int | None, active: bool,
                      pool: str | None, kwargs: dict[str, Any]) -> Any:
-        from hybrid.adaptive import PoolAdaptive, check_adapt_keywords
+        from hybrid.adaptive import PoolAdaptive, check_adapt_keywords, stop_adapting
 
         manager = self._manager()
         targets = [manager.pool(pool)] if pool is not None or len(manager.pools) == 1 else list(
@@ -399,13 +399,12 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
                              "adapt(minimum=None, maximum=None, active=True, pool=None, "
                              "interval='2s', wait_count=3)")
         if not active:
-            for target in targets:
-                if target.adaptive is not None:
-                    target.adaptive.stop()
+            stop_adapting(targets)
             return None
         target = manager.pool(pool)
-        adaptive = PoolAdaptive(manager, target, minimum=minimum or 0,
-                                maximum=10 if maximum is None else maximum, **kwargs)
+        maximum = 10 if maximum is None else maximum  # (as HybridCluster.adapt's)
+        adaptive = PoolAdaptive(manager, target, minimum=minimum or 0, maximum=maximum,
+                                **kwargs)
         manager.check_limits(target, maximum)
         if target.adaptive is not None:
             target.adaptive.stop()

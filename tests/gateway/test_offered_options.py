@@ -89,3 +89,19 @@ def test_adapt_of_a_gateway_pool_is_bounded_by_ten_unless_given_as_a_hybrid_clus
         assert cluster.jobs() == []
     finally:
         cluster.shutdown()
+
+
+def test_adapt_without_a_maximum_under_the_admin_s_limits(start_gateway, staging) -> None:
+    """The default maximum reached the limits check as ``None`` (a TypeError) on a gateway
+    whose admin set limits."""
+    dev = start_gateway(cluster_max_workers=20)
+    gateway = dev.gateway(HTCGateway)
+    try:
+        cluster = gateway.new_cluster(pool="local")
+        try:
+            adaptive = cluster.adapt(minimum=0, interval="0.5s")
+            assert (adaptive.minimum, adaptive.maximum) == (0, 10)
+        finally:
+            cluster.shutdown()
+    finally:
+        gateway.close()
