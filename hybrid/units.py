@@ -157,14 +157,18 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
 
 
 def _duration_minutes(text: str) -> float | None:
-    """Minutes in a duration such as ``"6h"`` or ``"1.5 hours"``, as every duration setting
-    reads one (:func:`hybrid.fields.seconds`: Dask's ``parse_timedelta``, then pint);
-    ``None`` if it is none (or negative)."""
-    from hybrid.fields import seconds
+    """Minutes in a duration such as ``"6h"`` (Dask's ``parse_timedelta``) or ``"1.5 hours"``
+    (pint, for the units Dask does not know), as :func:`hybrid.fields.seconds` reads one
+    (this module is below it: tests/test_structure.py); ``None`` if neither reads it."""
+    from dask.utils import parse_timedelta
 
     try:
-        return seconds(text.strip(), allow_zero=True) / 60
-    except Exception:  # (its refusal: this parser says what a wall time is)
+        return float(parse_timedelta(text.strip())) / 60
+    except Exception:
+        pass
+    try:
+        return float(Quantity(text.strip()).to(unit.minute).magnitude)
+    except Exception:
         return None
 
 
