@@ -1,12 +1,15 @@
 """One benchmark repetition of hybrid on HTCondor with ``job_files: shared``, run AS THE POOL'S
 JOB USER (:func:`benchmarks.realpools.run_as_pool_user`); prints its numbers as one JSON line.
 
-    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [transfer] [nanny] [fork]
+    python -m benchmarks._pool_user scale-up|submit N STAGING SHARED_DIR [OPTION ...]
+
+OPTION: ``transfer``, ``nanny``, ``fork``, ``nowatch``.
 
 ``transfer``: ``job_files: transfer`` instead (the local schedd transfers the files from the
 staging directory, no spooling); ``nanny`` (scale-up only): the workers start with a nanny
 and a dashboard each; ``fork``: each nanny forks its worker
-(``distributed.worker.multiprocessing-method: fork``).
+(``distributed.worker.multiprocessing-method: fork``); ``nowatch``: the job script does not
+watch the worker's memory (``distributed.worker.memory.terminate: false`` for the workers).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ SHARED = "hybrid.batch.htcondor.shared-directories"
 
 def main(benchmark: str, n: str, staging: str, shared: str, *options: str) -> None:
     """The repetition; its numbers on stdout."""
-    unknown = set(options) - {"transfer", "nanny", "fork"}
+    unknown = set(options) - {"transfer", "nanny", "fork", "nowatch"}
     if unknown or (set(options) - {"transfer"} and benchmark != "scale-up"):
         raise SystemExit(f"unknown options for {benchmark}: {' '.join(options)}")
     mode = "transfer" if "transfer" in options else "shared"
@@ -30,6 +33,8 @@ def main(benchmark: str, n: str, staging: str, shared: str, *options: str) -> No
 
         if "fork" in options:
             settings.update(worker_dask_config(FORK))
+        if "nowatch" in options:
+            settings.update(worker_dask_config({"distributed.worker.memory.terminate": False}))
         nanny = "nanny" in options
         numbers = hybrid_once("htcondor", int(n), Path(staging), settings=settings,
                               nanny=nanny, dashboard=nanny)

@@ -16,6 +16,7 @@ Variants, each one repetition per configuration (system, n), interleaved:
   worker instead of spawning a fresh python that imports Dask again.
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
   pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
+  ``hybrid shared fs without memory watch``: the same without the watch, as above.
 - ``hybrid transfer`` (HTCondor only): ``job_files: transfer``, run as ``hybrid shared fs``:
   not spooled, the local schedd transfers the files from the staging directory to each job.
 - ``hybrid shared fs with nanny`` (HTCondor only): the same with a nanny and a dashboard per
@@ -75,6 +76,8 @@ VARIANTS: tuple[Variant, ...] = (
         s, n, d, nanny=True, dashboard=True,
         settings=launchers.worker_dask_config(launchers.FORK))),
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
+    Variant("hybrid shared fs without memory watch", lambda s, n, d: launchers.hybrid_shared_once(
+        s, n, d, watch=False), ("htcondor",), "shared"),
     Variant("hybrid transfer", lambda s, n, d: launchers.hybrid_shared_once(
         s, n, d, transfer=True), ("htcondor",), "shared"),
     Variant("hybrid shared fs with nanny", lambda s, n, d: launchers.hybrid_shared_once(

@@ -268,7 +268,9 @@ class BatchSystem(abc.ABC):
             "mps": starts_mps(job.spec),
             "worker_mps": worker_mps,
             "name_prefix": job.name_prefix,
-            "secret_files": [tls.ca, tls.cert, tls.key] if tls else [],
+            # shipped files may arrive with the execute side's modes; staged ones are 0600
+            "secret_files": ([tls.ca, tls.cert, tls.key]
+                             if tls and self.ships_files_for(staging) else []),
             "extra_directives": list(job.spec.job_extra_directives),
             "scheduler": job.connection.scheduler_address,
             "walltime": f"{hhmm}:00",

@@ -4,9 +4,10 @@ It does what a nanny would for a worker without one: past the limit it kills the
 its processes. Every turn reads /proc; under bash it waits between turns with the read builtin,
 so it starts no process per turn (16 watches forking ``sleep`` twice a second cost about a
 second of the CPU while 16 workers start on 2 cores, docs/benchmarks.md); under a POSIX sh it
-falls back to ``sleep``. Here a stand-in worker (a Python process, named as such) grows a
-child past the limit after a few turns; a ``sleep`` on PATH that counts its calls shows who
-forked what.
+falls back to ``sleep``. Its first turn comes a second after the worker started, so it
+starts no process while the worker imports. Here a stand-in worker (a Python process, named as
+such) grows a child past the limit after a few turns; a ``sleep`` on PATH that counts its calls
+shows who forked what.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def _run_watch(shell: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess,
         while not (tmp_path / "started").exists():  # the watch has had its first turns
             assert time.monotonic() < deadline and process.poll() is None, "no stand-in"
             time.sleep(0.05)
-        quiet_turns = time.monotonic() + 1.6
-        while time.monotonic() < quiet_turns:  # three turns or more under the limit
+        quiet_turns = time.monotonic() + 2.1
+        while time.monotonic() < quiet_turns:  # the first second, then two turns or more
             assert process.poll() is None, "the watch killed a worker under its limit"
             time.sleep(0.05)
         (tmp_path / "grow").touch()
@@ -101,3 +102,26 @@ def test_the_watch_leaves_nothing_behind_when_the_worker_ends(tmp_path) -> None:
                       f'hybrid_worker=$!\n{watch}wait "$hybrid_worker"\nwait\necho done\n')
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     assert result.stdout == "done\n" and "killing" not in result.stderr
+
+
+def test_the_watch_starts_no_process_while_the_worker_starts(tmp_path) -> None:
+    """Its one process under bash (``getconf PAGESIZE``) comes with the first turn, a second
+    after the worker started: none beside the worker's imports (a lower bound, which a busy
+    machine only makes later)."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    called = tmp_path / "getconf-called"
+    getconf = shims / "getconf"
+    getconf.write_text(f"#!/bin/sh\ntouch {called}\nexec /usr/bin/getconf \"$@\"\n")
+    getconf.chmod(0o755)
+    watch = render("memory-watch.sh.j2", memory_watch_kib=LIMIT_KIB, memory_watch_share="95%")
+    script = tmp_path / "job.sh"
+    script.write_text(f'"{sys.executable}" -c "import time; time.sleep(3)" &\n'
+                      f'hybrid_worker=$!\n{watch}wait "$hybrid_worker"\nwait\necho done\n')
+    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    started = time.time()
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                            env=env)
+    assert result.stdout == "done\n", result.stderr
+    assert called.exists(), "the watch never took a turn"
+    assert called.stat().st_mtime - started >= 0.9

@@ -44,19 +44,21 @@ hybrid_worker=$!
 # (POSIX sh: some batch systems run job scripts with /bin/sh whatever their first line says.
 # Each turn costs a few reads of /proc; under bash the half-second wait is the read builtin on
 # a pipe that never gets data, not a sleep process per turn, which competes for the CPU while
-# many workers start on one node.)
+# many workers start on one node. The first turn comes a second after the worker started:
+# the worker is importing then, holds no task yet, and the watch starts no process beside it.)
 (
-    hybrid_page_kib=$(( $(getconf PAGESIZE 2>/dev/null || echo 4096) / 1024 ))
-    hybrid_pause() { sleep 0.5; }
+    hybrid_pause() { sleep "$1"; }
     case ${BASH_VERSION:-} in
         [4-9].*|[1-9][0-9]*)
             if eval 'exec 9<> <(:)' 2>/dev/null; then
                 hybrid_pause() {
-                    read -r -t 0.5 -u 9 hybrid_none
-                    [ "$?" -gt 128 ] || sleep 0.5
+                    read -r -t "$1" -u 9 hybrid_none
+                    [ "$?" -gt 128 ] || sleep "$1"
                 }
             fi ;;
     esac
+    hybrid_pause 1
+    hybrid_page_kib=$(( $(getconf PAGESIZE 2>/dev/null || echo 4096) / 1024 ))
     while kill -0 "$hybrid_worker" 2>/dev/null; do
         hybrid_rss=0 hybrid_queue=$hybrid_worker
         while [ -n "$hybrid_queue" ]; do
@@ -79,7 +81,7 @@ hybrid_worker=$!
             kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null
             exit 0
         fi
-        hybrid_pause
+        hybrid_pause 0.5
     done
 ) &
 wait "$hybrid_worker"
