@@ -9,6 +9,7 @@ with client certificates unless plain TCP is asked for (:mod:`hybrid.security`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import uuid
 import weakref
@@ -145,6 +146,11 @@ class HybridCluster(ClusterViews, Cluster):
         self._external_address = scheduler_address
         self._worker_scheduler_address = worker_scheduler_address
         self.scheduler_sni = scheduler_sni
+        #: Where the listen host was given (an error names it).
+        self._host_field = "HybridCluster.host" if host is not None else "hybrid.scheduler.host"
+        if host is not None:
+            host = validate_value(config.setting_types()["scheduler.host"], host,
+                                  "HybridCluster.host")
         self._host = host if host is not None else (config.get("scheduler.host", "") or None)
         self._port = validate_value(ListenPort, scheduler_port,
                                     "HybridCluster.scheduler_port")
@@ -249,7 +255,14 @@ class HybridCluster(ClusterViews, Cluster):
             host=self._host, port=self._port, dashboard_address=listen, dashboard=show,
             security=self.security, validate=False, dashboard_ssl=ssl_context,
         )
-        await self.scheduler
+        try:
+            await self.scheduler
+        except Exception as error:  # distributed raises "failed to start" from the OSError
+            cause = error if isinstance(error, OSError) else error.__cause__
+            explained = self._listen_error(cause) if isinstance(cause, OSError) else None
+            if explained is None:
+                raise
+            raise explained from None
         address = self.scheduler.address
         self._dashboard = dashboard_link(self.scheduler, ssl_context is not None) if show \
             else ""
@@ -261,6 +274,20 @@ class HybridCluster(ClusterViews, Cluster):
         if not tls and self._async_caller:  # self.asynchronous is true on the loop itself
             self._warn_if_open()
         return address
+
+    def _listen_error(self, error: OSError) -> ConfigurationError | None:
+        """The field by which the scheduler could not listen, where that was the cause (an
+        address of no interface here, a port taken); ``None`` otherwise."""
+        if error.errno == errno.EADDRNOTAVAIL and self._host:
+            return ConfigurationError(
+                self._host_field, self._host, 'a host name or IP address of this machine, or '
+                '"" (every interface)', f"Nothing here can listen on it ({error.strerror}).")
+        if error.errno == errno.EADDRINUSE and self._port:
+            return ConfigurationError(
+                "HybridCluster.scheduler_port", self._port, "a port free on this machine",
+                f"Another process listens on it ({error.strerror}): choose another, or 0 "
+                "for any free port.")
+        return None
 
     def _warn_if_open(self) -> None:
         """Plain TCP beyond loopback: say which address is open (from the caller's line)."""

@@ -293,27 +293,11 @@ Fraction = Annotated[float, BeforeValidator(_fraction)]  #: A share (of a GPU), 
 
 def seconds(value: Any, *, allow_zero: bool = False) -> float:
     """Seconds from a number, a string such as ``"24h"`` or a pint time quantity."""
-    from dask.utils import parse_timedelta
-
-    from hybrid.units import is_quantity, unit
+    from hybrid.units import duration_seconds
 
     accepted = ('a duration: seconds, or a string such as "90s", "5 minutes" or "24h"'
                 + ("" if not allow_zero else " (0: none)"))
-    result: float | None = None
-    if not isinstance(value, bool):
-        try:
-            if is_quantity(value):
-                result = float(unit.Quantity(value.magnitude, str(value.units))
-                               .to(unit.second).magnitude)
-            elif isinstance(value, (int, float, str)):
-                result = float(parse_timedelta(value))
-        except Exception:
-            result = None
-        if result is None and isinstance(value, str) and re.search(r"[A-Za-z]", value):
-            try:  # units dask does not know, e.g. "30 min", "1.5 hours"
-                result = float(unit.Quantity(value.strip()).to(unit.second).magnitude)
-            except Exception:
-                result = None
+    result = duration_seconds(value)
     if result is None or not math.isfinite(result) or result < 0:
         raise reject(accepted)
     if result == 0 and not allow_zero:

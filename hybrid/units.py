@@ -141,7 +141,8 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
             day, hours, whole, seconds = (int(part or 0) for part in days.groups())
             minutes = (day * 24 + hours) * 60 + whole + (1 if seconds else 0)
         elif not hh_mm_only and re.search(r"[A-Za-z]", value):
-            minutes = _duration_minutes(value)
+            duration = duration_seconds(value.strip())
+            minutes = None if duration is None else duration / 60
         elif not hh_mm_only and _BARE_NUMBER.match(value):
             raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
     if minutes is None and not hh_mm_only and isinstance(value, (int, float)) and not (
@@ -156,20 +157,28 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
     return hhmm(math.ceil(minutes))
 
 
-def _duration_minutes(text: str) -> float | None:
-    """Minutes in a duration such as ``"6h"`` (Dask's ``parse_timedelta``) or ``"1.5 hours"``
-    (pint, for the units Dask does not know), as :func:`hybrid.fields.seconds` reads one
-    (this module is below it: tests/test_structure.py); ``None`` if neither reads it."""
+def duration_seconds(value: Any) -> float | None:
+    """Seconds in a duration: a number of seconds, a string such as ``"6h"`` (Dask's
+    ``parse_timedelta``) or ``"1.5 hours"`` (pint, for the units Dask does not know), or a
+    pint time quantity; ``None`` if none of them reads it (:func:`hybrid.fields.seconds`
+    checks the range and says what is accepted)."""
     from dask.utils import parse_timedelta
 
+    if isinstance(value, bool):
+        return None
     try:
-        return float(parse_timedelta(text.strip())) / 60
+        if is_quantity(value):
+            return float(Quantity(value.magnitude, str(value.units)).to(unit.second).magnitude)
+        if isinstance(value, (int, float, str)):
+            return float(parse_timedelta(value))
     except Exception:
         pass
-    try:
-        return float(Quantity(text.strip()).to(unit.minute).magnitude)
-    except Exception:
-        return None
+    if isinstance(value, str) and re.search(r"[A-Za-z]", value):
+        try:  # units dask does not know, e.g. "30 min", "1.5 hours"
+            return float(Quantity(value.strip()).to(unit.second).magnitude)
+        except Exception:
+            return None
+    return None
 
 
 def hhmm(minutes: int) -> str:

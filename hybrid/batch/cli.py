@@ -342,14 +342,19 @@ def _print_jobs(jobs: list[JobStatus], as_json: bool) -> None:
 \b
 Examples:
   hybrid status --system slurm
+  hybrid status --system slurm --all    # with the jobs that ended
   hybrid status --system htcondor --cluster hybrid-1a2b3c4d --json
 """)
 @click.option("--system", type=click.Choice(SYSTEM_NAMES), required=True)
 @click.option("--cluster", "cluster_name", default=None, help="Only this cluster's jobs.")
+@click.option("--all", "show_ended", is_flag=True,
+              help="Also the jobs that ended (finished, failed, removed) and that the batch "
+                   "system still reports for a while.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_clearly
-def status(system: str, cluster_name: str | None, as_json: bool) -> None:
-    """List our jobs (those carrying hybrid's tag) as the batch system reports them.
+def status(system: str, cluster_name: str | None, show_ended: bool, as_json: bool) -> None:
+    """List our jobs (those carrying hybrid's tag) in the queue, as the batch system
+    reports them: pending, held, running or being removed; --all adds those that ended.
 
     With --cluster NAME of a cluster of yours that runs, a first line says what its
     scheduler reports (asked with the credentials stored for your processes); not with
@@ -359,7 +364,15 @@ def status(system: str, cluster_name: str | None, as_json: bool) -> None:
         line = _scheduler_line(cluster_name)
         if line:
             click.echo(line)
-    _print_jobs(get_system(system).query(cluster=cluster_name), as_json)
+    jobs = get_system(system).query(cluster=cluster_name)
+    shown = jobs if show_ended else [job for job in jobs if job.state.active]
+    if shown or as_json:
+        _print_jobs(shown, as_json)
+    else:
+        click.echo("no jobs of ours" + ("" if show_ended else " in the queue"))
+    if len(shown) < len(jobs) and not as_json:
+        click.echo(f"({len(jobs) - len(shown)} ended job(s) of ours not shown: --all lists "
+                   "them)")
 
 
 def _scheduler_line(cluster_name: str) -> str | None:

@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hybrid.batch.base import (
     CommandLineSystem,
@@ -27,6 +27,9 @@ from hybrid.batch.base import (
 )
 from hybrid.errors import BatchError
 from hybrid.fields import count
+
+if TYPE_CHECKING:
+    from hybrid.checks import CheckResult
 
 _STATES = {
     "PENDING": JobState.pending, "CONFIGURING": JobState.pending, "REQUEUED": JobState.pending,
@@ -70,7 +73,7 @@ def slurm_state(state: str, reason: str | None) -> JobState:
 
 
 class SlurmSettings(SystemSettings):
-    """``hybrid.batch.slurm``: the site's ``MaxArraySize``."""
+    """``hybrid.batch.slurm``: tasks per array, below the site's ``MaxArraySize``."""
 
     max_array_size: count(1, 4_000_000) = 1000
 
@@ -111,6 +114,31 @@ class Slurm(CommandLineSystem):
               "mem-per-cpu": _MEMORY, "mem-per-gpu": _MEMORY, "partition": _PARTITION,
               "export": _ENVIRONMENT, "export-file": _ENVIRONMENT},
         flags="hHkOQsuvVW")
+
+    def check(self, timeout: float = 20.0) -> CheckResult:
+        """The tools and a query (as every system), then the site's ``MaxArraySize``: an
+        array's indexes stay below it, and hybrid's run from 1 to ``max_array_size``."""
+        from hybrid.checks import fail, ok, warn
+
+        result = super().check(timeout)
+        if not result.ok:
+            return result
+        try:
+            configuration = run_command(["scontrol", "show", "config"], timeout=timeout).stdout
+        except BatchError as error:
+            return warn(result.name, f"{result.message}; the site's MaxArraySize could not be "
+                        f"read ({str(error).splitlines()[0]})",
+                        "Run `scontrol show config` here to see that it answers.")
+        limit = re.search(r"^MaxArraySize\s*=\s*(\d+)", configuration, re.M)
+        if limit is None:
+            return result
+        largest = int(limit[1]) - 1  # the highest index an array may have
+        if largest < self.settings.max_array_size:
+            return fail(result.name, f"MaxArraySize of the site is {limit[1]}: an array's "
+                        f"indexes stop at {largest}, below hybrid.batch.slurm.max-array-size "
+                        f"({self.settings.max_array_size})",
+                        f"Set hybrid.batch.slurm.max-array-size: {max(largest, 1)}.")
+        return ok(result.name, f"{result.message}; MaxArraySize {limit[1]}")
 
     def parse_submit(self, out: str, count: int) -> list[str]:
         """``sbatch --parsable`` prints ``JOBID[;cluster]``: the tasks are ``JOBID_1..n``."""

@@ -50,7 +50,7 @@ from hybrid.gateway_server.settings import (
     parse_settings,
     settings_yaml,
 )
-from hybrid.security import browser_port
+from hybrid.security import BROWSER_BLOCKED_PORTS, browser_port
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +71,14 @@ class DevGatewayError(HybridError, RuntimeError):
     """The development gateway did not start or stop; the message carries its log's tail."""
 
 
-def _check_port(value: Any, field_name: str) -> int:
+def _check_port(value: Any, field_name: str, *, browsed: bool = False) -> int:
+    """A free port on loopback, or 0 (any); ``browsed``: the port of the page people open,
+    which must not be one that browsers refuse to open (``ERR_UNSAFE_PORT``)."""
     value = validate_value(ListenPort, value, field_name)
+    if browsed and value in BROWSER_BLOCKED_PORTS:
+        raise ConfigurationError(field_name, value, "a port that browsers open pages on",
+                                 "Browsers refuse this one (ERR_UNSAFE_PORT): give another, "
+                                 "or 0 for a free one that they open.")
     if value:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -411,7 +417,8 @@ def start_dev_gateway(
         ``idle_timeout``, ``max_lifetime``, ``client_timeout``, ``cluster_max_workers``,
         ``gateway_workers``, ``preload``...), checked before anything starts.
     """
-    port, proxy_port = _check_port(port, "port"), _check_port(proxy_port, "proxy_port")
+    port = _check_port(port, "port", browsed=True)
+    proxy_port = _check_port(proxy_port, "proxy_port")
     if port and port == proxy_port:
         raise ConfigurationError("proxy_port", proxy_port, "a port other than port",
                                  "Give two different ports, or 0 to pick free ones.")

@@ -335,6 +335,23 @@ def test_the_batch_system_check_waits_as_long_as_timeout_asks(
     assert asked == [waits], result.output
 
 
+@pytest.mark.slurm
+def test_slurm_check_reads_the_site_s_max_array_size(slurm_cluster) -> None:
+    """The real Slurm's ``MaxArraySize`` (4001 in ci/slurm/up.sh): an array's indexes stop
+    below it, so hybrid's ``max-array-size`` above 4000 would have sbatch refuse the largest
+    submissions; the doctor says so and what to set."""
+    from hybrid.batch.slurm import Slurm
+
+    good = Slurm().check()
+    assert good.status is Status.ok, good
+    assert "MaxArraySize 4001" in good.message
+    bad = Slurm(max_array_size=5000).check()
+    assert bad.status is Status.fail
+    assert "MaxArraySize of the site is 4001" in bad.message
+    assert "hybrid.batch.slurm.max-array-size: 4000" in bad.fix
+    assert Slurm(max_array_size=4000).check().status is Status.ok
+
+
 @pytest.mark.htcondor
 def test_htcondor_pool_answers(htcondor_pool) -> None:
     """With the CI pool (ci/htcondor/up.sh, its client configuration loaded by the fixture,

@@ -127,6 +127,20 @@ def test_submit_status_cancel_gc_on_the_real_slurm(slurm_cluster, staging) -> No
         wait_for(lambda: ids[0] not in slurm_jobs("cli-gone"), 30, "the cancelled job to go")
         assert sorted(slurm_jobs("cli-gone")) == sorted(ids[1:])
 
+        # the queue's jobs by default; the cancelled one, which Slurm still reports for
+        # MinJobAge, with --all
+        def ended() -> list[str]:
+            every = json.loads(run_cli("status", "--system", "slurm", "--cluster", "cli-gone",
+                                       "--all", "--json").stdout)
+            return [j["job_id"] for j in every if j["state"] in ("removed", "finished")]
+
+        wait_for(lambda: ended() == [ids[0]], 30, "Slurm to report the job it cancelled")
+        listed = run_cli("status", "--system", "slurm", "--cluster", "cli-gone").stdout
+        assert ids[0] not in listed and all(i in listed for i in ids[1:]), listed
+        assert "(1 ended job(s) of ours not shown: --all lists them)" in listed
+        assert ids[0] in run_cli("status", "--system", "slurm", "--cluster", "cli-gone",
+                                 "--all").stdout
+
         stranger = run_cli("cancel", "--system", "slurm", "999999_1")
         assert stranger.returncode != 0 and "not jobs of ours" in stranger.stderr
 

@@ -298,3 +298,26 @@ def test_waiting_for_more_workers_than_the_pools_are_scaled_to_says_so_at_once(s
             cluster.wait_for_workers(4, timeout=60)
         cluster.adapt(pool="a", minimum=1, maximum=3, interval="0.5s")
         cluster.wait_for_workers(3, timeout=60)  # reachable: 1 of a, 2 of b
+
+
+def test_a_scheduler_that_cannot_listen_names_the_field(staging) -> None:
+    """A listen host that is no host, or a port another process holds, is refused naming
+    ``host`` or ``scheduler_port`` (the port case runs in tests/reliability/test_bad_input.py);
+    an address of no interface here (``EADDRNOTAVAIL``, which no test may bind beyond
+    loopback) names the field it came from, the argument or ``hybrid.scheduler.host``."""
+    import errno
+
+    import dask
+
+    with pytest.raises(ConfigurationError) as caught:
+        HybridCluster(host="my host")
+    assert caught.value.field == "HybridCluster.host"
+    unavailable = OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+    with HybridCluster(host="127.0.0.1", dashboard_address=None) as cluster:
+        explained = cluster._listen_error(unavailable)
+        assert explained.field == "HybridCluster.host" and explained.value == "127.0.0.1"
+        assert "Cannot assign requested address" in str(explained)
+        assert cluster._listen_error(OSError(errno.EACCES, "Permission denied")) is None
+    with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}), \
+            HybridCluster(dashboard_address=None) as cluster:
+        assert cluster._listen_error(unavailable).field == "hybrid.scheduler.host"

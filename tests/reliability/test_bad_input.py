@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
@@ -369,6 +370,10 @@ BAD_INPUTS: list[Case] = [
     api("worker-proxy-port-99999", "HTCGateway(worker_proxy_address='tls://h:99999')",
         "worker_proxy_address", lambda b: b.gateway(worker_proxy_address="tls://h:99999"),
         issue=True),
+    api("cluster-host-not-a-host", "HybridCluster(host='my host')", "HybridCluster.host",
+        lambda b: b.start_cluster(host="my host")),
+    api("cluster-port-taken", "HybridCluster(scheduler_port=<a port in use>)",
+        "HybridCluster.scheduler_port", lambda b: b.start_cluster_on_a_taken_port()),
     api("cluster-gpu-fraction", "HybridCluster(gpu_fraction=2)", "HybridCluster.gpu_fraction",
         lambda b: b.start_cluster(gpu_fraction=2)),
     api("cluster-security-text", "HybridCluster(security='yes')", "HybridCluster.security",
@@ -523,6 +528,7 @@ BAD_INPUTS: list[Case] = [
         issue=True),
     cli("cli-doctor-timeout-nan", ["doctor", "--timeout", "nan"], "--timeout"),
     cli("cli-gateway-dev-port", ["gateway", "dev", "--port", "99999"], "--port", issue=True),
+    cli("cli-gateway-dev-unsafe-port", ["gateway", "dev", "--port", "6000"], "--port"),
     cli("cli-gateway-dev-idle", ["gateway", "dev", "--idle-timeout", "soon"], "--idle-timeout"),
     cli("cli-gateway-dev-heartbeat", ["gateway", "dev", "--heartbeat-period", "10",
                                       "--heartbeat-timeout", "5"], "--heartbeat-timeout"),
@@ -660,6 +666,13 @@ class Bench:
             cluster = HybridCluster(*args, name=f"{PREFIX}-own", **kwargs)
         cluster.close()
         return cluster
+
+    def start_cluster_on_a_taken_port(self) -> HybridCluster:
+        """A HybridCluster asked to listen on a loopback port another socket holds."""
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            return self.start_cluster(host="127.0.0.1", scheduler_port=taken.getsockname()[1])
 
     # ---- the command line
     def cli(self, *args: str) -> Result:
