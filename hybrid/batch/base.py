@@ -301,8 +301,27 @@ class BatchSystem(abc.ABC):
         first submission would load."""
         self.job_files(job, staging)
 
+    def submission_sizes(self, count: int) -> list[int]:
+        """The workers of each submission of ``count``: one submission, or one per
+        ``max_array_size`` workers where the system has that limit."""
+        size = getattr(self.settings, "max_array_size", None) or max(count, 1)
+        return [min(size, count - first) for first in range(0, count, size)]
+
     def job_script(self, job: WorkerJob, staging: Path, count: int = 1) -> str:
-        """The job's files as one text, for reading before anything is submitted."""
+        """The job's files as one text, for reading before anything is submitted; where
+        ``count`` goes out as several submissions, each different one with its header."""
+        sizes = self.submission_sizes(count)
+        if len(sizes) > 1:
+            parts, first = [], 1
+            for size in dict.fromkeys(sizes):  # at most two: the full ones, then the rest
+                many = sizes.count(size)
+                which = f"{first}" if many == 1 else f"{first}-{first + many - 1}"
+                parts.append(f"# === submission{'s' * (many > 1)} {which} of {len(sizes)}: "
+                             f"{size} worker(s) {'each' if many > 1 else ''}".rstrip()
+                             + f" (hybrid.batch.{self.name}.max-array-size) ===\n"
+                             + self.job_script(job, staging, size))
+                first += many
+            return "".join(parts)
         files = self.job_files(job, staging, count)
         if len(files) == 1:
             return next(iter(files.values()))
@@ -387,13 +406,12 @@ class CommandLineSystem(BatchSystem):
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Submit the rendered script once (once per ``max_array_size`` workers where the system
         has that limit); a later array failing removes the earlier ones, none is left behind."""
-        size = getattr(self.settings, "max_array_size", None) or max(count, 1)
         ids: list[str] = []
         try:
-            for first in range(0, count, size):
-                script = self.render(job, staging, min(size, count - first))
+            for size in self.submission_sizes(count):
+                script = self.render(job, staging, size)
                 out = run_command(list(self.submit_command), input=script, timeout=120).stdout
-                ids += self.parse_submit(out, min(size, count - first))
+                ids += self.parse_submit(out, size)
         except BatchError:
             if ids:
                 self.remove(ids)

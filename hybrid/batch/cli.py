@@ -126,7 +126,8 @@ def _job_options(function: Callable) -> Callable:
         click.option("--pool", "pool_name", default="default", show_default=True,
                      help="Pool name within the cluster."),
         click.option("--count", default=1, show_default=True, type=click.IntRange(1, 100_000),
-                     help="Workers (jobs) in the one submit transaction."),
+                     help="Workers (jobs) in one submit transaction (one per "
+                          "hybrid.batch.<system>.max-array-size where the request is larger)."),
         click.option("--tls-ca", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="CA certificate file for a tls:// scheduler (default: the stored "
                           "files of the cluster of yours at that address)."),

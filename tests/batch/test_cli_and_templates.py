@@ -230,3 +230,19 @@ def test_slurm_directives_hybrid_does_not_set_go_through(line) -> None:
 
     spec = PoolSpec.build("p", "slurm", job_extra_directives=[line])
     assert spec.job_extra_directives == (line,)
+
+
+def test_render_shows_each_submission_of_a_split_request() -> None:
+    """A request beyond ``max-array-size`` goes out as several arrays (Slurm, Grid Engine,
+    PBS): the printed script shows each different one, as ``submit`` sends them."""
+    rendered = run_cli("render", "--system", "slurm", "--count", "2500", "--scheduler",
+                       "tcp://127.0.0.1:8786").stdout
+    assert rendered.count("#SBATCH --array=1-1000\n") == 1
+    assert rendered.count("#SBATCH --array=1-500\n") == 1
+    assert ("# === submissions 1-2 of 3: 1000 worker(s) each "
+            "(hybrid.batch.slurm.max-array-size) ===\n#!/bin/bash\n") in rendered
+    assert ("# === submission 3 of 3: 500 worker(s) "
+            "(hybrid.batch.slurm.max-array-size) ===\n#!/bin/bash\n") in rendered
+    single = run_cli("render", "--system", "slurm", "--count", "1000", "--scheduler",
+                     "tcp://127.0.0.1:8786").stdout
+    assert single.startswith("#!/bin/bash\n") and "===" not in single
