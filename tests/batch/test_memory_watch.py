@@ -42,23 +42,34 @@ LIMIT_KIB = 100 * 1024
 SHELLS = ["bash", "dash"]
 
 
+def _shim(tmp_path: Path, tool: str, record: str) -> dict[str, str]:
+    """An environment whose ``tool`` on PATH runs ``record`` (shell), then the real one."""
+    shims = tmp_path / "bin"
+    shims.mkdir(exist_ok=True)
+    shim = shims / tool
+    shim.write_text(f"#!/bin/sh\n{record}\nexec /usr/bin/{tool} \"$@\"\n")
+    shim.chmod(0o755)
+    return {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _job_script(tmp_path: Path, worker: str, after: str) -> Path:
+    """A job script as the templates write one: ``worker`` (a command) started, the watch
+    rendered around it, then ``after``."""
+    watch = render("memory-watch.sh.j2", memory_watch_kib=LIMIT_KIB, memory_watch_share="95%")
+    script = tmp_path / "job.sh"
+    script.write_text(f'{worker} &\nhybrid_worker=$!\n{watch}wait "$hybrid_worker"\n{after}')
+    return script
+
+
 def _run_watch(shell: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, int]:
     """The watch, rendered as a job script includes it, around the stand-in worker under
     ``shell``: the script's result and the ``sleep`` processes it started."""
-    shims = tmp_path / "bin"
-    shims.mkdir()
     counter = tmp_path / "sleeps"
-    sleep = shims / "sleep"
-    sleep.write_text(f"#!/bin/sh\necho x >> {counter}\nexec /bin/sleep \"$@\"\n")
-    sleep.chmod(0o755)
-    watch = render("memory-watch.sh.j2", memory_watch_kib=LIMIT_KIB, memory_watch_share="95%")
+    env = _shim(tmp_path, "sleep", f"echo x >> {counter}")
     stand_in = tmp_path / "stand_in_worker.py"
     stand_in.write_text(STAND_IN)
-    script = tmp_path / "job.sh"
-    script.write_text(
-        f'"{sys.executable}" "{stand_in}" "{tmp_path}" &\nhybrid_worker=$!\n'
-        f'{watch}wait "$hybrid_worker"\necho "worker status $?"\n')
-    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    script = _job_script(tmp_path, f'"{sys.executable}" "{stand_in}" "{tmp_path}"',
+                         'echo "worker status $?"\n')
     process = subprocess.Popen([shell, str(script)], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -96,10 +107,8 @@ def test_the_watch_kills_a_worker_whose_processes_outgrow_the_limit(shell, tmp_p
 
 def test_the_watch_leaves_nothing_behind_when_the_worker_ends(tmp_path) -> None:
     """A worker that exits on its own ends the watch too (within a turn)."""
-    script = tmp_path / "job.sh"
-    watch = render("memory-watch.sh.j2", memory_watch_kib=LIMIT_KIB, memory_watch_share="95%")
-    script.write_text(f'"{sys.executable}" -c "import time; time.sleep(1)" &\n'
-                      f'hybrid_worker=$!\n{watch}wait "$hybrid_worker"\nwait\necho done\n')
+    script = _job_script(tmp_path, f'"{sys.executable}" -c "import time; time.sleep(1)"',
+                         "wait\necho done\n")
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     assert result.stdout == "done\n" and "killing" not in result.stderr
 
@@ -108,17 +117,10 @@ def test_the_watch_starts_no_process_while_the_worker_starts(tmp_path) -> None:
     """Its one process under bash (``getconf PAGESIZE``) comes with the first turn, a second
     after the worker started: none beside the worker's imports (a lower bound, which a busy
     machine only makes later)."""
-    shims = tmp_path / "bin"
-    shims.mkdir()
     called = tmp_path / "getconf-called"
-    getconf = shims / "getconf"
-    getconf.write_text(f"#!/bin/sh\ntouch {called}\nexec /usr/bin/getconf \"$@\"\n")
-    getconf.chmod(0o755)
-    watch = render("memory-watch.sh.j2", memory_watch_kib=LIMIT_KIB, memory_watch_share="95%")
-    script = tmp_path / "job.sh"
-    script.write_text(f'"{sys.executable}" -c "import time; time.sleep(3)" &\n'
-                      f'hybrid_worker=$!\n{watch}wait "$hybrid_worker"\nwait\necho done\n')
-    env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    env = _shim(tmp_path, "getconf", f"touch {called}")
+    script = _job_script(tmp_path, f'"{sys.executable}" -c "import time; time.sleep(3)"',
+                         "wait\necho done\n")
     started = time.time()
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                             env=env)
