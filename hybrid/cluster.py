@@ -9,7 +9,6 @@ with client certificates unless plain TCP is asked for (:mod:`hybrid.security`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import uuid
 import weakref
@@ -37,6 +36,7 @@ from hybrid.security import (
     dashboard_listen,
     dashboard_ssl_context,
     find_credentials,
+    listen_error,
     own_security,
     remove_credentials,
     scheduler_class,
@@ -259,7 +259,8 @@ class HybridCluster(ClusterViews, Cluster):
             await self.scheduler
         except Exception as error:  # distributed raises "failed to start" from the OSError
             cause = error if isinstance(error, OSError) else error.__cause__
-            explained = self._listen_error(cause) if isinstance(cause, OSError) else None
+            explained = listen_error(cause, self._host_field, self._host, self._port) \
+                if isinstance(cause, OSError) else None
             if explained is None:
                 raise
             raise explained from None
@@ -274,20 +275,6 @@ class HybridCluster(ClusterViews, Cluster):
         if not tls and self._async_caller:  # self.asynchronous is true on the loop itself
             self._warn_if_open()
         return address
-
-    def _listen_error(self, error: OSError) -> ConfigurationError | None:
-        """The field by which the scheduler could not listen, where that was the cause (an
-        address of no interface here, a port taken); ``None`` otherwise."""
-        if error.errno == errno.EADDRNOTAVAIL and self._host:
-            return ConfigurationError(
-                self._host_field, self._host, 'a host name or IP address of this machine, or '
-                '"" (every interface)', f"Nothing here can listen on it ({error.strerror}).")
-        if error.errno == errno.EADDRINUSE and self._port:
-            return ConfigurationError(
-                "HybridCluster.scheduler_port", self._port, "a port free on this machine",
-                f"Another process listens on it ({error.strerror}): choose another, or 0 "
-                "for any free port.")
-        return None
 
     def _warn_if_open(self) -> None:
         """Plain TCP beyond loopback: say which address is open (from the caller's line)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import ipaddress
 import json
@@ -53,6 +54,7 @@ __all__ = [
     "dashboard_ssl_context",
     "find_credentials",
     "is_loopback_host",
+    "listen_error",
     "listen_host",
     "load_security",
     "outsider_attempts",
@@ -150,6 +152,23 @@ def listen_host(address: str) -> str:
     from distributed.comm.addressing import get_address_host
 
     return get_address_host(address)
+
+
+def listen_error(error: OSError, host_field: str, host: str | None,
+                 port: int) -> ConfigurationError | None:
+    """The setting by which a scheduler could not listen, where that was the cause (``host``
+    of no interface here, ``port`` taken): named by ``host_field`` or
+    ``HybridCluster.scheduler_port``; ``None`` for another cause."""
+    if error.errno == errno.EADDRNOTAVAIL and host:
+        return ConfigurationError(
+            host_field, host, 'a host name or IP address of this machine, or "" (every '
+            'interface)', f"Nothing here can listen on it ({error.strerror}).")
+    if error.errno == errno.EADDRINUSE and port:
+        return ConfigurationError(
+            "HybridCluster.scheduler_port", port, "a port free on this machine",
+            f"Another process listens on it ({error.strerror}): choose another, or 0 for "
+            "any free port.")
+    return None
 
 
 def warn_if_open(what: str, address: str, listens_on: str | None, asked: str) -> None:

@@ -309,15 +309,16 @@ def test_a_scheduler_that_cannot_listen_names_the_field(staging) -> None:
 
     import dask
 
+    from hybrid.security import listen_error
+
     with pytest.raises(ConfigurationError) as caught:
         HybridCluster(host="my host")
     assert caught.value.field == "HybridCluster.host"
     unavailable = OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
-    with HybridCluster(host="127.0.0.1", dashboard_address=None) as cluster:
-        explained = cluster._listen_error(unavailable)
-        assert explained.field == "HybridCluster.host" and explained.value == "127.0.0.1"
-        assert "Cannot assign requested address" in str(explained)
-        assert cluster._listen_error(OSError(errno.EACCES, "Permission denied")) is None
+    explained = listen_error(unavailable, "HybridCluster.host", "10.1.2.3", 0)
+    assert explained.field == "HybridCluster.host" and explained.value == "10.1.2.3"
+    assert "Cannot assign requested address" in str(explained)
+    assert listen_error(OSError(errno.EACCES, "Permission denied"), "h", "10.1.2.3", 1) is None
     with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}), \
             HybridCluster(dashboard_address=None) as cluster:
-        assert cluster._listen_error(unavailable).field == "hybrid.scheduler.host"
+        assert cluster._host_field == "hybrid.scheduler.host"
