@@ -103,7 +103,7 @@ hybrid_worker=$!
 # Each turn costs a few reads of /proc; under bash the half-second wait is the read builtin on
 # a pipe that never gets data, not a sleep process per turn, which competes for the CPU while
 # many workers start on one node. The first turn comes a second after the worker started:
-# the worker is importing then, holds no task yet, and the watch starts no process beside it.)
+# the worker is mostly importing then, and the watch starts no process beside it.)
 (
     hybrid_pause() { sleep "$1"; }
     case ${BASH_VERSION:-} in
