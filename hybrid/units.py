@@ -126,11 +126,8 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
                 'such as "6h" or "90 minutes",') + " or a time quantity such as 6 * unit.hour"
     minutes: float | None = None
     if is_quantity(value):
-        try:
-            minutes = float(Quantity(value.magnitude, str(value.units)).to(unit.minute)
-                            .magnitude)
-        except Exception:
-            raise ConfigurationError(field, value, accepted) from None
+        duration = duration_seconds(value)
+        minutes = None if duration is None else duration / 60
     elif isinstance(value, str):
         match = _HHMM.match(value.strip())
         days = None if hh_mm_only else _DAYS.match(value.strip())

@@ -315,10 +315,10 @@ class BatchSystem(abc.ABC):
             parts, first = [], 1
             for size in dict.fromkeys(sizes):  # at most two: the full ones, then the rest
                 many = sizes.count(size)
-                which = f"{first}" if many == 1 else f"{first}-{first + many - 1}"
-                parts.append(f"# === submission{'s' * (many > 1)} {which} of {len(sizes)}: "
-                             f"{size} worker(s) {'each' if many > 1 else ''}".rstrip()
-                             + f" (hybrid.batch.{self.name}.max-array-size) ===\n"
+                which, each = (f"s {first}-{first + many - 1}", " each") if many > 1 else (
+                    f" {first}", "")
+                parts.append(f"# === submission{which} of {len(sizes)}: {size} worker(s){each} "
+                             f"(hybrid.batch.{self.name}.max-array-size) ===\n"
                              + self.job_script(job, staging, size))
                 first += many
             return "".join(parts)

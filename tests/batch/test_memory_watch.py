@@ -119,8 +119,10 @@ def test_the_watch_starts_no_process_while_the_worker_starts(tmp_path) -> None:
     machine only makes later)."""
     called = tmp_path / "getconf-called"
     env = _shim(tmp_path, "getconf", f"touch {called}")
-    script = _job_script(tmp_path, f'"{sys.executable}" -c "import time; time.sleep(3)"',
-                         "wait\necho done\n")
+    # the stand-in worker lives until the watch's first turn (a minute at most)
+    lives = (f"import os, time; end = time.monotonic() + 60\nwhile not os.path.exists("
+             f"{str(called)!r}) and time.monotonic() < end: time.sleep(0.05)")
+    script = _job_script(tmp_path, f"\"{sys.executable}\" -c '{lives}'", "wait\necho done\n")
     started = time.time()
     result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                             env=env)
