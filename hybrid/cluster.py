@@ -554,7 +554,8 @@ class HybridCluster(ClusterViews, Cluster):
     def pool_status(self) -> dict[str, PoolStatus]:
         """Each pool's jobs by state, with the batch system's reasons, its target and
         connected workers (:class:`~hybrid.manager.PoolStatus`), as of the last refresh."""
-        return self._manager().status()
+        return lifecycle.read_on_loop(self._manager().status, self.sync,
+                                      self.asynchronous or self.called_from_running_loop)
 
     def __repr__(self) -> str:
         manager = self.manager

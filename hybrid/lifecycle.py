@@ -49,7 +49,7 @@ from hybrid import config
 from hybrid.errors import ClusterClosed
 
 __all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "open_endings",
-           "outcome", "register", "sync", "terminating"]
+           "outcome", "read_on_loop", "register", "sync", "terminating"]
 
 #: Exit status of a process ended by SIGTERM (128 + 15, as a shell reports it).
 SIGTERM_STATUS = 128 + signal.SIGTERM
@@ -318,6 +318,19 @@ def sync(loop: Any, function: Callable[..., Any], *args: Any,
         raise value
     finally:
         value = None  # (no reference cycle through the traceback)
+
+
+def read_on_loop(read: Callable[[], Any], sync: Callable[..., Any], on_loop_now: bool) -> Any:
+    """``read()`` run on the event loop whose tasks change what it reads, so that it never
+    sees half of a change (a pool refresh applies each at once there); ``sync``: the
+    object's own (its caller waits); ``on_loop_now``: the caller is on that loop already."""
+    if on_loop_now:
+        return read()
+
+    async def on_its_loop() -> Any:
+        return read()
+
+    return sync(on_its_loop)
 
 
 async def outcome(future: asyncio.Future, timeout: float) -> Any:

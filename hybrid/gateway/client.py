@@ -460,7 +460,8 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         """Each batch pool's jobs by state, with the batch system's reasons
         (:class:`~hybrid.manager.PoolStatus`), as of the last refresh; empty for a stock
         cluster."""
-        return self._pools.status() if self._pools is not None else {}
+        return {} if self._pools is None else lifecycle.read_on_loop(
+            self._pools.status, self.gateway.sync, self.gateway.asynchronous)
 
     def get_client(self, set_as_default: bool = True) -> Any:  # type: ignore[override]
         """A ``Client`` of this cluster that routes GPU tasks to GPU workers

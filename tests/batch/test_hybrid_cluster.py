@@ -322,3 +322,23 @@ def test_a_scheduler_that_cannot_listen_names_the_field(staging) -> None:
     with dask.config.set({"hybrid.scheduler.host": "127.0.0.1"}), \
             HybridCluster(dashboard_address=None) as cluster:
         assert cluster._host_field == "hybrid.scheduler.host"
+
+
+def test_pool_status_is_read_on_the_cluster_s_loop(staging) -> None:
+    """A refresh applies each change on the cluster's loop at once (an eviction is counted,
+    then its job is marked pending). ``pool_status()`` read from the script's thread saw
+    half of one on CI: evictions 1 and the job not yet pending. It is read on the loop."""
+    import threading
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        read_on = []
+        status = cluster.manager.status
+
+        def recorded() -> dict:
+            read_on.append(threading.get_ident())
+            return status()
+
+        cluster.manager.status = recorded
+        assert "cpu" in cluster.pool_status()
+        assert read_on and read_on[0] != threading.get_ident()  # not this thread: the loop's

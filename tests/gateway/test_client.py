@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -451,7 +452,11 @@ def test_an_order_of_preference_on_a_gateway_cluster(htc_gateway, staging) -> No
         assert cluster.jobs() == [] and cluster.pools["local"].submit_calls == 0
         assert not staging.exists() or not any(staging.iterdir())  # nothing was staged
         cluster.prefer(["local", "fast"], fallback_after="1 hour")
+        read_on, status = [], cluster._pools.status  # read on the loop: never half a refresh
+        cluster._pools.status = lambda: read_on.append(threading.get_ident()) or status()
         assert cluster.pool_status()["local"].fallback == "fast"
+        assert read_on and read_on[0] != threading.get_ident()
+        del cluster._pools.status
         cluster.adapt(pool="local", minimum=0, maximum=1, interval="0.3s", wait_count=2)
         cluster.adapt(pool="fast", minimum=0, maximum=3, interval="0.3s", wait_count=2)
         with cluster.get_client(set_as_default=False) as client:
