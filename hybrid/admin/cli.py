@@ -179,8 +179,8 @@ def gateway_config(helm: bool, gateway_image: str | None, images: tuple[str, ...
     given = {name: value for name, value in options.items() if value is not None}
     if images:
         given["images"] = list(images)
-    settings = parse_settings(given, labels={name: "--" + name.replace("_", "-")
-                                             for name in given})
+    labels = {name: "--" + name.replace("_", "-") for name in given}
+    settings = parse_settings(given, labels={**labels, "images": "--scheduler-image"})
     if helm:
         click.echo(render_helm_values(settings, gateway_image=gateway_image), nl=False)
         return

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import dask.config
 
 from hybrid.batch import SYSTEMS, JobStatus, Staging, WorkerJob, get_system
 from hybrid.batch.orphans import (
@@ -80,8 +81,10 @@ def _pool_options(function: Callable) -> Callable:
         flag, repeatable = _option_name(field)
         kind, args = _kind(field)
         if kind is dict:
+            literal = (" VALUE is read as Dask reads a DASK_ variable: True, None, ['a'], "
+                       "{'k': 'v'}, else as text." if field == "system_options" else "")
             options.append(click.option(flag, field, multiple=True, metavar="NAME=VALUE",
-                                        help=_help(field) + " (repeatable)"))
+                                        help=_help(field) + literal + " (repeatable)"))
         elif repeatable:
             options.append(click.option(flag, field, multiple=True,
                                         help=_help(field) + " (repeatable)"))
@@ -102,13 +105,30 @@ def _pool_options(function: Callable) -> Callable:
     return function
 
 
-def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
-    out = {}
+def _check_tls(tls: TLSFiles) -> None:
+    """The CA, certificate and key as the workers' ``ssl`` reads them (the key matches)."""
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    checks = (("--tls-ca", "a PEM CA certificate", lambda: context.load_verify_locations(tls.ca)),
+              ("--tls-cert/--tls-key", "a PEM certificate and its own key",
+               lambda: context.load_cert_chain(tls.cert, tls.key)))
+    for hint, accepted, load in checks:
+        try:
+            load()
+        except (OSError, ssl.SSLError) as error:
+            raise click.BadParameter(f"not {accepted}: {error}", param_hint=hint) from None
+
+
+def _pairs(values: tuple[str, ...], flag: str, literal: bool = False) -> dict[str, Any]:
+    """``NAME=VALUE`` items; ``literal``: each value read as Dask reads a ``DASK_``
+    variable's (``True``, ``["a"]``, ``{"k": "v"}``, ``None``; else the text itself)."""
+    out: dict[str, Any] = {}
     for pair in values:
         if "=" not in pair:
             raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=flag)
         name, value = pair.split("=", 1)
-        out[name] = value
+        out[name] = dask.config.interpret_value(value) if literal else value
     return out
 
 
@@ -175,6 +195,8 @@ def _build(system: str, scheduler_address: str | None, cluster_name: str, pool_n
                                      param_hint="--tls-*")
         tls = TLSFiles(str(Path(tls_ca).resolve()), str(Path(tls_cert).resolve()),
                        str(Path(tls_key).resolve()))
+        if for_submit:  # workers that could not connect would wait in the queue for nothing
+            _check_tls(tls)
     elif scheduler_address.startswith("tls://") and stored is not None and stored.tls:
         tls = stored.files  # 0600 in the user's own directory; staged 0600 for the job
     elif scheduler_address.startswith("tls://"):
@@ -186,7 +208,8 @@ def _build(system: str, scheduler_address: str | None, cluster_name: str, pool_n
     if "env" in options:
         options["env"] = _pairs(options["env"], "--env")
     if "system_options" in options:
-        options["system_options"] = _pairs(options["system_options"], "--system-option")
+        options["system_options"] = _pairs(options["system_options"], "--system-option",
+                                           literal=True)
     labels = {key: _option_name(key)[0] for key in POOL_OPTIONS}
     spec = PoolSpec.build(pool_name, system, prefix="--", labels={**labels, "name": "--pool"},
                           check_paths=for_submit, **options)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from hybrid.cli import Duration
 from hybrid.errors import ConfigurationError
 
 
@@ -48,8 +49,8 @@ Examples:
                    "where a busy machine can hold a scheduler up).")
 @click.option("--idle-timeout", default="0",
               help='Shut idle clusters down after this long, e.g. "30 minutes" (0: never).')
-@click.option("--start-timeout", default=60.0, show_default=True, type=float,
-              help="Seconds to wait for the server's API to answer.")
+@click.option("--start-timeout", default=60.0, show_default=True, type=Duration(),
+              help='How long to wait for the server\'s API to answer, e.g. "90s" (seconds).')
 def dev(port: int, proxy_port: int, password: str | None, state_dir: str | None,
         gateway_workers: bool, heartbeat_period: int | None, heartbeat_timeout: str | None,
         idle_timeout: str, start_timeout: float) -> None:

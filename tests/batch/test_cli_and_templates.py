@@ -109,8 +109,7 @@ def test_submit_status_cancel_gc_on_the_real_slurm(slurm_cluster, staging) -> No
         # a scheduler that is gone: nothing listens on port 9
         submitted = run_cli("submit", "--system", "slurm", "--scheduler", "tcp://127.0.0.1:9",
                             "--cluster", "cli-gone", "--count", "3", "--walltime", "00:05",
-                            "--worker-extra-arg", "--death-timeout", "--worker-extra-arg",
-                            "120", "--json")
+                            "--death-timeout", "120", "--json")
         assert submitted.returncode == 0, submitted.stderr
         ids = json.loads(submitted.stdout)["job_ids"]
         assert len(ids) == 3 and len({i.split("_")[0] for i in ids}) == 1
@@ -246,3 +245,32 @@ def test_render_shows_each_submission_of_a_split_request() -> None:
     single = run_cli("render", "--system", "slurm", "--count", "1000", "--scheduler",
                      "tcp://127.0.0.1:8786").stdout
     assert single.startswith("#!/bin/bash\n") and "===" not in single
+
+
+def test_system_options_on_the_command_line_take_what_a_dask_variable_takes() -> None:
+    """``--system-option`` gave every value as text: no boolean, list or mapping setting could
+    be set (``accounting=False`` was refused as "True or False"), and ``None`` became a
+    parallel environment named None. Values are now read as Dask reads ``DASK_`` values."""
+    off = run_cli("render", "--system", "sge", "--system-option", "accounting=False")
+    on = run_cli("render", "--system", "sge", "--system-option", "accounting=True")
+    assert off.returncode == on.returncode == 0, off.stderr + on.stderr  # (were refused)
+    secrets = run_cli("render", "--system", "kubernetes", "--system-option",
+                      'image_pull_secrets=["registry-key"]')
+    assert secrets.returncode == 0, secrets.stderr
+    assert "imagePullSecrets:\n  - name: registry-key" in secrets.stdout
+    no_pe = run_cli("render", "--system", "sge", "--cores", "2", "--system-option",
+                    "parallel_environment=None")
+    assert no_pe.returncode == 1 and "-pe None" not in no_pe.stdout
+    assert "parallel-environment is null" in no_pe.stderr
+    text = run_cli("render", "--system", "pbs", "--system-option",
+                   "resource_spec=select=1:ncpus=4")  # not a literal: the text itself
+    assert "#PBS -l select=1:ncpus=4\n" in text.stdout
+
+
+def test_gateway_dev_takes_the_start_timeout_its_help_shows() -> None:
+    """``--start-timeout 90s`` was refused as "not a valid float", while the error for a bad
+    value asked for a string such as "90s"."""
+    from hybrid.gateway_server.cli import dev
+
+    context = dev.make_context("dev", ["--start-timeout", "90s"])
+    assert context.params["start_timeout"] == 90
