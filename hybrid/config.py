@@ -198,6 +198,7 @@ def worker_dask_environment() -> dict[str, str]:
     word, so no key can become anything but a variable name in a job script.
     """
     from hybrid.errors import ConfigurationError
+    from hybrid.fields import LINE_BREAKS
 
     settings = get("worker-dask-config", {}) or {}
     if not isinstance(settings, dict):
@@ -206,14 +207,16 @@ def worker_dask_environment() -> dict[str, str]:
     env = {}
     for dotted, value in settings.items():
         parts = str(dotted).split(".")
-        if not isinstance(dotted, str) or not all(_KEY_PART.fullmatch(p) for p in parts):
+        if not isinstance(dotted, str) or not all(_KEY_PART.fullmatch(p) and "__" not in p
+                                                  for p in parts):
             raise ConfigurationError(
                 "hybrid.worker-dask-config", dotted,
-                "dotted dask setting names made of letters, digits, - and _ "
-                "(e.g. distributed.worker.daemon)")
-        if isinstance(value, (dict, list)) or "\0" in str(value):
+                "dotted dask setting names made of letters, digits, - and _, no __ (which "
+                "a DASK_ variable reads as a dot; e.g. distributed.worker.daemon)")
+        if isinstance(value, (dict, list)) or "\0" in str(value) or any(
+                mark in str(value) for mark in LINE_BREAKS):
             raise ConfigurationError(f"hybrid.worker-dask-config[{dotted!r}]", value,
-                                     "a plain value (string, number or boolean)")
+                                     "a plain value on one line (string, number or boolean)")
         name = "DASK_" + "__".join(part.upper().replace("-", "_") for part in parts)
         env[name] = str(value)
     return env
@@ -242,7 +245,8 @@ def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironme
     Names in ``given`` (the pool's ``env``) are left to it."""
     import dask
 
-    from hybrid.fields import Environment, validate_value
+    from hybrid.errors import ConfigurationError
+    from hybrid.fields import LINE_BREAKS, Environment, validate_value
 
     key = "distributed.nanny.pre-spawn-environ"
     given = given or {}
@@ -250,6 +254,9 @@ def process_environment(given: dict[str, str] | None = None) -> ProcessEnvironme
     if isinstance(configured, dict):  # Dask's own values are numbers; None: not set
         configured = {k: str(v) for k, v in configured.items() if v is not None}
     configured = validate_value(Environment, configured, key)  # the pool env's own rules
+    for name, value in configured.items():
+        if any(mark in value for mark in LINE_BREAKS):
+            raise ConfigurationError(f"{key}[{name!r}]", value, "a value on one line")
     unless_set = {k: v for k, v in configured.items()
                   if k != "PYTHONHASHSEED" and k not in given}
     seed = configured.get("PYTHONHASHSEED")
@@ -263,6 +270,12 @@ def staging_root() -> Path:
     configured = get("batch.staging-directory", None)
     root = Path(str(configured)).expanduser() if configured else (
         Path.home() / ".cache" / "hybrid" / "jobs")
+    if not root.is_absolute():
+        from hybrid.errors import ConfigurationError
+
+        raise ConfigurationError("hybrid.batch.staging-directory", str(root),
+                                 "an absolute path (each job starts in a directory of its own)",
+                                 "Give the whole path, e.g. ~/.cache/hybrid/jobs.")
     if re.search(r"[\s,'\"\\$`%]", str(root)):
         from hybrid.errors import ConfigurationError
 

@@ -151,6 +151,13 @@ EnvName = Annotated[str, BeforeValidator(_pattern(
     "[A-Za-z_][A-Za-z0-9_]*"))]
 
 
+#: Variables a job script sets or reads itself (its own are also ``hybrid_*``), and the
+#: shell's word splitting, which its reads depend on.
+_SCRIPT_NAMES = ("HYBRID_JOB_ID", "HYBRID_TAG", "HYBRID_WORKER_NAME", "IFS")
+#: Linux's limit on one variable, ``NAME=value`` and its NUL (MAX_ARG_STRLEN).
+_LONGEST_VARIABLE = 128 * 1024
+
+
 def _environment(value: Any) -> dict[str, str]:
     if value is None:
         return {}
@@ -164,6 +171,13 @@ def _environment(value: Any) -> dict[str, str]:
         if not isinstance(text, str):
             raise reject(f"string values (env[{name!r}] is {type(text).__name__})",
                          f"Give env[{name!r}] as a string, e.g. str(value).")
+        if name in _SCRIPT_NAMES or name.startswith("hybrid_"):
+            raise reject(f"names the job script does not use itself (not {name!r}: it sets "
+                         "HYBRID_JOB_ID, HYBRID_TAG, HYBRID_WORKER_NAME and hybrid_*, and its "
+                         "reads split words at IFS)", "Choose another name.")
+        if len(name.encode()) + len(text.encode()) + 2 > _LONGEST_VARIABLE:
+            raise reject(f"values under 128 KiB (env[{name!r}] is longer: Linux refuses it "
+                         "to the worker's process)", "Put the data in a file the workers read.")
         out[name] = _no_nul(text, f"env[{name!r}] as a string")
     return out
 
@@ -177,8 +191,10 @@ Environment = Annotated[dict[str, str], BeforeValidator(_environment)]
 #: resource names, ``[PREFIX/]NAME``).
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-#: A Kubernetes quantity: ``"1"``, ``"500m"``, ``"2Gi"``, ``"1e3"``.
-QUANTITY = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[numkMGTPE]|[KMGTPE]i)?")
+#: A Kubernetes quantity a resource may have: ``"1"``, ``"500m"``, ``"2Gi"``, ``"1e3"`` (ASCII
+#: digits, not negative: the API server refuses a negative request).
+QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+                      r"([eE][+-]?[0-9]{1,2}|[numkMGTPE]|[KMGTPE]i)?")
 #: A pod's resources that come from its pool's numbers, never from further limits.
 OWN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 

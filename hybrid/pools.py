@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from hybrid import config, lifetimes
+from hybrid import config, lifetimes, workerargs
 from hybrid.errors import ConfigurationError
 from hybrid.fields import (
     AbsolutePath,
@@ -136,7 +136,8 @@ class PoolSpec(BaseModel):
         "``job_script_prologue``, openff-evaluator's ``setup_script_commands``). The "
         "worker's python is looked up on ``PATH`` after them unless ``python`` is given.")
     worker_extra_args: Strings = Field(
-        (), description="Further ``dask worker`` arguments, one word per item.")
+        (), description="Further ``dask worker`` arguments, one word per item: ``--resources`` "
+        "adds to the routing resources; options hybrid sets itself are refused.")
     env: Environment = Field(
         {}, description="Environment variables of the workers, ``{NAME: value}``.")
     python: Command | None = Field(
@@ -298,6 +299,8 @@ class PoolSpec(BaseModel):
         return self
 
     def _check_lifetime(self) -> None:
+        if (bad := workerargs.problem(self.worker_extra_args)) is not None:
+            raise _field_error(*bad)
         problem = lifetimes.problem(self.lifetime, self.lifetime_stagger,
                                     self.lifetime_restart, self.walltime,
                                     self.worker_extra_args, self.uses_nanny)
@@ -442,10 +445,9 @@ class PoolSpec(BaseModel):
         for key, setting in (("python", "python"), ("death_timeout", "death-timeout"),
                              ("worker_port", "port-range"), ("nanny_port", "nanny-port-range"),
                              ("contact_address", "contact-address"), ("nanny", "nanny"),
-                             ("worker_extra_args", "extra-args"),
-                             ("gpu_sharing", "gpu-sharing"),
-                             ("gpu_sharing_mode", "gpu-sharing-mode"), ("gpu_mps", "gpu-mps"),
-                             ("lifetime", "lifetime"),
+                             ("worker_extra_args", "extra-args"), ("lifetime", "lifetime"),
+                             ("gpu_sharing", "gpu-sharing"), ("gpu_mps", "gpu-mps"),
+                             ("gpu_sharing_mode", "gpu-sharing-mode"),
                              ("lifetime_stagger", "lifetime-stagger"),
                              ("lifetime_restart", "lifetime-restart")):
             default(key, worker.get(setting.replace("-", "_")), f"hybrid.worker.{setting}")
@@ -505,8 +507,7 @@ class PoolSpec(BaseModel):
             sources.pop(key, None)
         data["name"] = name
         data["system"] = kind.name
-        # (a value from the configuration is named by its key, whatever the caller calls
-        # the option it would have given)
+        # (a value from the configuration is named by its key, not by the caller's name)
         spec = validate(cls, data, prefix=prefix, labels={**names, **sources})
         if check_paths is None:
             check_paths = bool(config.get("worker.check-paths", True))
@@ -526,9 +527,8 @@ POOL_OPTIONS = tuple(k for k in PoolSpec.model_fields if k not in ("name", "syst
 
 def check_job_settings() -> None:
     """The settings every pool's jobs use (the tag, ``hybrid.worker-dask-config``, the
-    template and staging directories, how jobs are watched), checked before a pool is
-    accepted, so that a bad one is an error of ``add_pool``, not of a later submission or
-    of a reconcile in the background."""
+    template and staging directories, how jobs are watched), checked as a pool is added: a
+    bad one is an error of ``add_pool``, not of a later submission or reconcile."""
     from hybrid.config import staging_root
     from hybrid.templates import template_directories
 

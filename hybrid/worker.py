@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from hybrid.errors import ConfigurationError
 from hybrid.gpusharing import layout, starts_mps, variants
 from hybrid.routing import resources_argument
+from hybrid.workerargs import split_resources
 
 if TYPE_CHECKING:
     from hybrid.pools import PoolSpec
@@ -68,7 +69,7 @@ class Connection:
                                          compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        from hybrid.fields import Address, validate_value
+        from hybrid.fields import Address, is_host, validate_value
 
         address_label, tls_label, sni_label = self.labels
         checked = validate_value(Address, self.scheduler_address, address_label)
@@ -76,6 +77,9 @@ class Connection:
         if checked.startswith("tls://") and self.tls is None:
             raise ConfigurationError(
                 tls_label, None, "CA, certificate and key files for a tls:// scheduler address")
+        if self.sni is not None and not is_host(self.sni):
+            raise ConfigurationError(sni_label, self.sni, "a host name, e.g. daskgateway-NAME "
+                                     "(the name a gateway's proxy routes by)")
         if self.sni is not None and not checked.startswith("tls://"):
             raise ConfigurationError(sni_label, self.sni,
                                      "an SNI only with a tls:// scheduler address",
@@ -210,7 +214,8 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
         words += ["--nworkers", str(shape.processes)]
     if shape.memory:
         words += ["--memory-limit", str(shape.memory)]
-    words += ["--resources", resources_argument(shape.resources)]
+    extra_resources, extra_args = split_resources(spec.worker_extra_args)
+    words += ["--resources", resources_argument({**shape.resources, **extra_resources})]
     if tls is not None:
         words += ["--tls-ca-file", tls.ca, "--tls-cert", tls.cert, "--tls-key", tls.key]
     if connection.sni:
@@ -241,7 +246,7 @@ def worker_command(spec: PoolSpec, connection: Connection, tls: TLSFiles | None,
     deadline = spec.worker_deadline_seconds()
     if deadline is not None:  # the safety net: the pool manager drains the worker earlier
         words += ["--lifetime", f"{deadline:g}s", "--lifetime-stagger", "0s"]
-    words += spec.worker_extra_args
+    words += extra_args
     return WorkerCommand(prefix=(*spec.container_prefix(), *spec.launcher()),
                          python=worker_python(spec), arguments=tuple(words))
 

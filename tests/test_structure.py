@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("config", ("hybrid.config", "hybrid")),
     ("lifecycle", ("hybrid.lifecycle", "hybrid.quiet_logs")),
     ("routing and templates", ("hybrid.routing", "hybrid.templates", "hybrid.gpusharing")),
-    ("the model", ("hybrid.resources", "hybrid.lifetimes", "hybrid.pools")),
+    ("the model", ("hybrid.resources", "hybrid.lifetimes", "hybrid.workerargs", "hybrid.pools")),
     ("the worker command", ("hybrid.worker",)),
     ("batch jobs and staging", ("hybrid.batch.jobs", "hybrid.batch.staging")),
     ("security", ("hybrid.security",)),

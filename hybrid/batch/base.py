@@ -160,10 +160,12 @@ class BatchSystem(abc.ABC):
     @classmethod
     def configured_settings(cls) -> dict[str, Any]:
         """The system's own keys of its section ``hybrid.batch.<name>`` (not the pool
-        defaults that section may also hold)."""
-        section = config.section(f"batch.{cls.name}")
-        return {k: v for k, v in section.items()
-                if k in cls.Settings.model_fields and v is not None}
+        defaults that section may also hold); ``null`` is kept where it is a choice (where
+        the packaged ``hybrid.yaml`` does not say ``null``: "the default")."""
+        packaged = config.PACKAGED["hybrid"]["batch"].get(cls.name) or {}
+        return {k: v for k, v in config.section(f"batch.{cls.name}").items()
+                if k in cls.Settings.model_fields and (
+                    v is not None or packaged.get(k.replace("_", "-")) is not None)}
 
     @classmethod
     def settings_from(cls, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -267,16 +268,26 @@ class HTCondor(BatchSystem):
     Settings = HTCondorSettings
     reserved_directives: ClassVar = (
         (r"(?i)^\s*queue\b", "the number of jobs (queue)"),
-        (r"(?i)^\s*(executable|arguments|initialdir|transfer_input_files|output|error|"
-         r"leave_in_queue|periodic_remove|job_max_vacate_time)\s*=",
+        (r"(?i)^\s*(executable|arguments|initial_?dir|transfer_input_files|output|error|"
+         r"leave_in_queue|periodic_remove|job_max_vacate_time|should_transfer_files|"
+         r"transfer_executable|when_to_transfer_output)\s*=",
          "the job's executable, files, log and lifetime"),
+        # the job attributes those commands set, given directly (+Attr, My.Attr)
+        (r"(?i)^\s*(\+|my\.)\s*(cmd|args|arguments|iwd|transferinput|out|err|"
+         r"leavejobinqueue|periodicremove|jobmaxvacatetime|shouldtransferfiles|"
+         r"transferexecutable|whentotransferoutput|requestcpus|requestmemory|requestgpus)\s*=",
+         "the job's executable, files, log, lifetime and resources"),
+        (r"(?i)^\s*request_(cpus|memory|gpus)\s*=",
+         "the job's cores, memory or GPUs (give cores, memory and gpus: the worker's threads "
+         "and memory limit follow them)"),
     )
+    #: What a directive may be: one submit command or job attribute, ``name = value``
+    #: (not ``include``, ``if``/``else`` or a multi-line ``name @=END`` block).
+    _statement = re.compile(r"\s*(\+|(?i:my)\.)?[A-Za-z_][A-Za-z0-9_.]*\s*=.*", re.DOTALL)
 
     @classmethod
     def reserved(cls) -> tuple[tuple[str, str], ...]:
         """Also the tag's job attributes (``My.<tag>``, ``+<tag>``)."""
-        import re
-
         tag = re.escape(tag_prefix())
         return (*cls.reserved_directives,
                 (rf"(?i)^\s*(\+|my\.){tag}", "hybrid's tag attributes"))
@@ -356,6 +367,12 @@ class HTCondor(BatchSystem):
         from hybrid.fields import reject
 
         super().check_spec(spec)
+        for index, directive in enumerate(spec.job_extra_directives):
+            if not cls._statement.fullmatch(directive):
+                raise reject('a submit command "name = value" (or a job attribute, "+Name = '
+                             'value" or "My.Name = value")', "Give one command per item; "
+                             "include, if/else and @= blocks are not taken.",
+                             field=f"job_extra_directives[{index}]", value=directive)
         mode = spec.system_options.get("job_files")
         if mode in ("shared", "transfer"):
             settings = {**cls.configured_settings(), **spec.system_options}

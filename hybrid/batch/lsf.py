@@ -78,7 +78,11 @@ class LSF(CommandLineSystem):
         "#BSUB", short={},
         words={"-J": "the job array and its name", "-Jd": "the job description (hybrid's tag)",
                "-o": "the job's log file", "-oo": "the job's log file",
-               "-e": "the job's log file", "-eo": "the job's log file"})
+               "-e": "the job's log file", "-eo": "the job's log file",
+               "-W": "the wall time (give walltime: the workers' lifetime ends before it)",
+               "-n": "the job's cores (give cores: the worker's threads follow it)",
+               "-M": "the job's memory (give memory: the worker's memory limit follows it)",
+               "-gpu": "the job's GPUs (give gpus)", "-q": "the queue (give queue)"})
     #: bsub's ``-q``: one queue name (bqueues lists them).
     queue_names = (r"[A-Za-z0-9_.-]+", "letters, digits, _ . - (bqueues lists them)")
 

@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
+from pydantic import BeforeValidator
+
 from hybrid.batch.base import CommandLineSystem, JobState, ReservedOptions, SystemSettings
 from hybrid.errors import BatchError
-from hybrid.fields import one_line
+from hybrid.fields import reject
 
 #: qstat/qdel words meaning "that job is no longer there", not a failure of the tool.
 _GONE = ("Unknown Job Id", "Job has finished", "job has finished")
@@ -87,11 +89,24 @@ def pbs_state(attributes: dict[str, Any]) -> tuple[JobState, str | None]:
     return JobState.pending, comment or f"unknown PBS state {state!r}"
 
 
+#: One resource request of ``qsub -l``: ``select=1:ncpus=4:mem=8gb``, ``place=scatter``.
+_RESOURCE = r"[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.:=+@/*-]+"
+
+
+def _resource_list(value: Any) -> Any:
+    """A ``#PBS -l`` resource list: one word, since a space on the directive line would
+    start another qsub option."""
+    if value is not None and not (isinstance(value, str) and re.fullmatch(
+            rf"{_RESOURCE}(,{_RESOURCE})*", value)):
+        raise reject('a "#PBS -l" resource list such as "select=1:ncpus=4:mem=8gb" (no spaces, '
+                     "line breaks, quotes, $ or ;)")
+    return value
+
+
 class PBSSettings(SystemSettings):
     """``hybrid.batch.pbs``: the resource line, when the site wants its own."""
 
-    resource_spec: Annotated[str, one_line(
-        'a "#PBS -l" resource line, e.g. "select=1:ncpus=4:mem=8gb"')] | None = None
+    resource_spec: Annotated[str, BeforeValidator(_resource_list)] | None = None
 
 
 class PBS(CommandLineSystem):
@@ -106,12 +121,18 @@ class PBS(CommandLineSystem):
     remove_command = "qdel"
     gone_words = _GONE
     reserved_directives: ClassVar = (
-        (r"^\s*(#PBS\s+)?-v\b.*\bHYBRID_TAG\b", "hybrid's tag variable"),
+        # (-v with its list attached, or after flags grouped with it, anywhere on the line)
+        (r"(^|\s)-[fhIVXz]*v.*HYBRID_TAG\b", "hybrid's tag variable"),
+        (r"(^|\s)-l\s*(\S*,)?(walltime|select|ncpus|mem|ngpus)=",
+         "the job's wall time, cores, memory or GPUs (give walltime, cores, memory and gpus, "
+         "or hybrid.batch.pbs.resource-spec: the worker's threads, memory limit and lifetime "
+         "follow them)"),
     )
     reserved_options = ReservedOptions(
         "#PBS",
         short={"J": "the job array", "N": "the job name", "o": "the job's log file",
-               "e": "the job's log file", "j": "the job's log file"},
+               "e": "the job's log file", "j": "the job's log file",
+               "q": "the queue (give queue)"},
         flags="fhIVXz")
     #: qsub's ``-q``: a queue, optionally at a server (``workq``, ``gpu@pbs01``).
     queue_names = (r"[A-Za-z0-9_.-]+(@[A-Za-z0-9_.:-]+)?",

@@ -342,3 +342,38 @@ def test_pool_status_is_read_on_the_cluster_s_loop(staging) -> None:
         cluster.manager.status = recorded
         assert "cpu" in cluster.pool_status()
         assert read_on and read_on[0] != threading.get_ident()  # not this thread: the loop's
+
+
+def test_extra_resources_are_added_to_the_routing_ones_not_put_in_their_place(staging) -> None:
+    """``worker_extra_args=["--resources", "FPGA=1"]`` (hybrid.yaml's own example) gave the
+    worker a second ``--resources``, and ``dask worker`` keeps the last: the worker lost
+    ``notGPU`` and no CPU task could run on it. The worker now advertises both."""
+    from tests.batch._tasks import square
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False, cores=2,
+                         worker_extra_args=["--resources", "FPGA=1"])
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=60, progress=False)
+        with cluster.get_client() as client:
+            (worker,) = client.scheduler_info()["workers"].values()
+            assert worker["resources"] == {"GPU": 0, "notGPU": 2, "FPGA": 1}
+            assert client.submit(square, 3, pure=False).result(timeout=60) == 9  # a CPU task
+            assert client.submit(square, 4, resources={"FPGA": 1}).result(timeout=60) == 16
+
+
+@pytest.mark.parametrize(("args", "field", "words"), [
+    (["--nthreads=8"], "worker_extra_args[0]", "the pool's cores"),
+    (["--lifetime", "1h", "--name", "w"], "worker_extra_args[2]", "named after its batch job"),
+    (["--resources", "GPU=2"], "worker_extra_args[0]", "route GPU and CPU tasks"),
+    (["--resources=FPGA"], "worker_extra_args[0]", '"FPGA=1"'),
+])
+def test_extra_arguments_that_would_undo_hybrid_s_own_are_refused(
+        args: list[str], field: str, words: str) -> None:
+    """``dask worker`` takes the last of an option given twice: an extra argument that hybrid
+    sets too (cores, the worker's name, the routing resources) would silently win."""
+    from hybrid.pools import PoolSpec
+
+    with pytest.raises(ConfigurationError) as caught:
+        PoolSpec.build("cpu", "slurm", worker_extra_args=args)
+    assert caught.value.field == f"add_pool('cpu').{field}" and words in str(caught.value)

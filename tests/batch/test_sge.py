@@ -280,8 +280,7 @@ def test_submit_status_cancel_gc_on_the_real_sge(sge_cell, staging) -> None:
         # a scheduler that is gone (nothing listens on port 9); the tasks wait for it
         submitted = run_cli("submit", "--system", "sge", "--scheduler", "tcp://127.0.0.1:9",
                             "--cluster", name, "--count", "3", "--walltime", "00:05",
-                            "--worker-extra-arg", "--death-timeout", "--worker-extra-arg",
-                            "120", "--json")
+                            "--death-timeout", "120", "--json")
         assert submitted.returncode == 0, submitted.stderr
         ids = json.loads(submitted.stdout)["job_ids"]
         assert len(ids) == 3 and len({i.split(".")[0] for i in ids}) == 1
