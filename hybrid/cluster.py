@@ -360,17 +360,19 @@ class HybridCluster(ClusterViews, Cluster):
         except HybridError as error:
             problem = error
         finally:
-            await super()._close()
-            if self.scheduler is not None:
-                scheduler, self.scheduler = self.scheduler, None
-                await scheduler.close()
-            if self._credentials is not None:
-                credentials, self._credentials = self._credentials, None
-                remove_credentials(credentials)
-            departures.close()
-            self._quiet_logs.close()
-            if self._async_caller:  # a synchronous close() reports from the caller's thread
-                self._ending.finished(problem, self._close_note)
+            try:
+                await super()._close()
+                if self.scheduler is not None:
+                    scheduler, self.scheduler = self.scheduler, None
+                    await scheduler.close()
+            finally:  # also where the loop's end cancels those: no key stays behind
+                if self._credentials is not None:
+                    credentials, self._credentials = self._credentials, None
+                    remove_credentials(credentials)
+                departures.close()
+                self._quiet_logs.close()
+                if self._async_caller:  # a synchronous close() reports from its caller
+                    self._ending.finished(problem, self._close_note)
         if problem is not None:
             raise problem
 
@@ -387,10 +389,10 @@ class HybridCluster(ClusterViews, Cluster):
                 problem = error
                 raise
             finally:
-                if self.status == Status.closed:
-                    self._ending.finished(problem, self._close_note)
-                    if not lifecycle.terminating():  # (its loop then ends with the process)
-                        self._loop_runner.stop()
+                if self.status == Status.closed or isinstance(problem, KeyboardInterrupt):
+                    self._ending.finished(problem, self._close_note)  # (or stopped waiting)
+                if self.status == Status.closed and not lifecycle.terminating():
+                    self._loop_runner.stop()  # (a terminating process ends it with itself)
 
     async def _detach(self) -> None:
         if self.manager is not None:

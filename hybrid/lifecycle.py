@@ -215,16 +215,18 @@ def end_all(why: str) -> None:
 @contextlib.contextmanager
 def closing() -> Iterator[None]:
     """Around a synchronous close: a Ctrl-C (or SIGTERM) while it runs does not cut it short.
-    The first is answered by one line saying what is waited for; the next one interrupts."""
+    The first is answered by one line saying what is waited for, and goes on once the close
+    is done (the script is interrupted, the process terminated), unless the process is
+    ending already; the next one interrupts the close."""
     global _closing_depth
     main = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
+    pressed: list[int] = []  # the signals that came while it closed
     if main and _closing_depth == 0:
-        pressed = [0]
 
         def patience(signum: int, frame: Any) -> None:
-            pressed[0] += 1
-            if pressed[0] > 1:  # asked again: stop waiting
+            pressed.append(signum)
+            if len(pressed) > 1:  # asked again: stop waiting
                 if signum in _ENDING_SIGNALS:
                     signal.signal(signum, signal.SIG_DFL)
                     os.kill(os.getpid(), signum)
@@ -250,6 +252,13 @@ def closing() -> Iterator[None]:
                 signal.signal(number, handler)
         if previous:
             _release_signals()
+    if len(pressed) == 1 and _exiting is None:  # the close is done: the signal goes on
+        if pressed[0] not in _ENDING_SIGNALS:
+            raise KeyboardInterrupt
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.kill(os.getpid(), pressed[0])  # (its own handler again, or its default)
 
 
 def sync(loop: Any, function: Callable[..., Any], *args: Any,
@@ -435,8 +444,11 @@ def _excepthook(kind: type[BaseException], value: BaseException, traceback: Any)
     if open_endings():
         _exiting = _exiting or INTERRUPTED
         end_all(_exiting)
+    original = value.__context__
     if not _reported:  # no cluster of hybrid's was ended by this interruption
         previous(kind, value, traceback)
+    elif isinstance(original, Exception):  # the error a close it interrupted was cleaning up
+        previous(type(original), original, original.__traceback__)
 
 
 def _why_now() -> str | None:

@@ -35,13 +35,15 @@ _counter = itertools.count(1)
 RECORDS = "local-jobs"
 
 
-def _start_time(pid: int) -> float | None:
-    """The start time of a live process (``None``: gone, or a zombie, reaped if ours)."""
+def _start_time(pid: int, reap: bool = True) -> float | None:
+    """The start time of a live process (``None``: gone, or a zombie, reaped if ours and
+    ``reap``: not a job this process holds, whose exit code its ``Popen`` reads)."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # a child of this process: reap it
+            if reap:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)  # a child of this process: reap it
             return None
         return process.create_time()
     except psutil.Error:
@@ -94,7 +96,9 @@ class LocalProcesses(BatchSystem):
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(
                     devices[(number * job.spec.gpus + j) % len(devices)]
                     for j in range(job.spec.gpus))
-            with open(self.log_path(staging, job_id), "ab") as log:
+            # the worker's log is its owner's only, as its keys are
+            with open(self.log_path(staging, job_id), "ab",
+                      opener=lambda path, flags: os.open(path, flags, 0o600)) as log:
                 proc = subprocess.Popen(
                     ["/bin/bash", str(script)],
                     env=env,
@@ -104,7 +108,7 @@ class LocalProcesses(BatchSystem):
             with self._lock:
                 self._procs[job_id] = proc
             write_private(records / f"{job_id}.json", json.dumps({
-                "job_id": job_id, "pid": proc.pid, "start": _start_time(proc.pid),
+                "job_id": job_id, "pid": proc.pid, "start": _start_time(proc.pid, reap=False),
                 "cluster": job.cluster, "pool": job.pool,
                 "scheduler": job.connection.scheduler_address}))
             ids.append(job_id)

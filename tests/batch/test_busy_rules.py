@@ -10,6 +10,7 @@ The same rules on the real HTCondor pool and Slurm are in tests/batch/test_busy_
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections import Counter
 
@@ -597,3 +598,29 @@ def test_a_refresh_notes_together_what_it_would_note_job_by_job() -> None:
     assert together.jobs.by_state_reason == plain.jobs.by_state_reason
     assert list(together.queue_waits) == list(plain.queue_waits)
     assert together.evictions == plain.evictions
+
+
+def test_a_local_job_that_ends_at_once_keeps_its_exit_code(staging, monkeypatch) -> None:
+    """A job whose script ended before ``submit`` recorded its start time was reaped by that
+    lookup, so its ``Popen`` read exit code 0: a prologue's ``exit 3`` was "finished". Here
+    every job has ended (a zombie, not reaped) before ``submit`` goes on."""
+    import subprocess
+
+    from hybrid.batch import JobState, WorkerJob, get_system
+    from hybrid.batch import local as local_module
+    from hybrid.worker import Connection
+
+    class EndedAtOnce(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # ended, still a zombie
+
+    monkeypatch.setattr(local_module.subprocess, "Popen", EndedAtOnce)
+    spec = PoolSpec.build("cpu", "local", cores=1, nanny=False, job_script_prologue=["exit 3"])
+    system = get_system("local")
+    job = WorkerJob("exitcode", spec, Connection("tcp://127.0.0.1:9"))
+    directory = staging / "exitcode"
+    directory.mkdir(parents=True)
+    (job_id,) = system.submit(job, directory, 1)
+    (status,) = system.query(job_ids=[job_id])
+    assert (status.state, status.reason) == (JobState.failed, "exit code 3")

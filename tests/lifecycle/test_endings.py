@@ -63,6 +63,14 @@ class Run:
                 return
         raise AssertionError(f"the script never reached phase {marker!r}:\n" + self.text())
 
+    def until_said(self, words: str) -> None:
+        """Read the output up to hybrid's line with ``words``."""
+        while line := self.process.stdout.readline():
+            self._add(line.rstrip("\n"))
+            if line.startswith("hybrid: ") and words in line:
+                return
+        raise AssertionError(f"hybrid never said {words!r}:\n" + self.text())
+
     def finish(self, timeout: float = 180) -> int:
         try:
             rest, _ = self.process.communicate(timeout=timeout)
@@ -283,16 +291,40 @@ def test_ctrl_c_while_the_gateway_starts_the_cluster_stops_it(script, lifecycle_
 
 
 @pytest.mark.parametrize("kind", [HTCONDOR, GATEWAY_HTCONDOR])
-def test_ctrl_c_while_closing_does_not_cut_the_close_short(script, kind):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_closing_does_not_cut_the_close_short_then_goes_on(script, kind,
+                                                                           signum):
+    """The close finishes; then the signal does what it does: the script is interrupted, the
+    process terminated (it went on to the script's next line, and SIGTERM ended as exit 0:
+    a report)."""
     run = script(kind, "close")
     run.until("close")
     # inside close(): it removed the jobs (HTCondor says so) and waits for them to leave
     wait_for(lambda: not condor_jobs(run.cluster), 60, interval=0.05,
              message="close() to remove the jobs")
-    run.process.send_signal(signal.SIGINT)
-    assert run.finish() == 0, run.text()  # the close finished, and so did the script
+    run.process.send_signal(signum)
+    assert run.finish() == -signum, run.text()
     _assert_one_clean_message(run, "still closing")
-    assert run.lines[-1] == "phase done"
+    assert "phase done" not in run.lines
+    _assert_nothing_left(run)
+
+
+@pytest.mark.htcondor
+def test_stopping_the_wait_for_a_close_still_shows_the_user_s_own_error(script):
+    """Ctrl-C twice while leaving a ``with`` block on an error: the wait stops with one line,
+    and the error that ended the block is still shown (it vanished, and the close ran a
+    second time: a report)."""
+    run = script("htcondor", "error")
+    run.until("error")
+    wait_for(lambda: not condor_jobs(run.cluster), 60, interval=0.05,
+             message="the close to remove the jobs")
+    run.process.send_signal(signal.SIGINT)
+    run.until_said("still closing")
+    run.process.send_signal(signal.SIGINT)
+    assert run.finish() == -signal.SIGINT, run.text()
+    lines = run.hybrid_lines()
+    assert len(lines) == 2 and "stopped waiting" in lines[1], run.text()
+    assert "ValueError: the user's own error" in run.text()
     _assert_nothing_left(run)
 
 
@@ -422,10 +454,11 @@ asyncio.run(main())  # ends without closing the cluster
 """
 
 
-def test_an_asynchronous_cluster_left_open_closes_with_its_event_loop(staging) -> None:
+def test_an_asynchronous_cluster_left_open_closes_with_its_event_loop(staging,
+                                                                     tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     env.update({"PYTHONPATH": str(REPO), "DASK_HYBRID__SCHEDULER__HOST": "127.0.0.1",
-                "DASK_HYBRID__BATCH__STAGING_DIRECTORY": str(staging)})
+                "DASK_HYBRID__BATCH__STAGING_DIRECTORY": str(staging), "HOME": str(tmp_path)})
     result = subprocess.run([sys.executable, "-c", ASYNC_SCRIPT], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
@@ -433,3 +466,6 @@ def test_an_asynchronous_cluster_left_open_closes_with_its_event_loop(staging) -
     # its two local workers are gone (asked of the process table), and so are their records
     wait_for(lambda: not _local_workers(cluster), 60, message="no worker process left")
     assert not list(staging.glob(f"{cluster}-*")), "its staging directory stayed"
+    # and its credentials (the loop's end cancelled distributed's close, which skipped this)
+    stored = tmp_path / ".cache" / "hybrid" / "clusters"
+    assert stored.is_dir() and not list(stored.iterdir()), "its TLS key stayed"

@@ -8,7 +8,8 @@ where the script stays (the test signals it there):
 ``start``, ``wait`` (for a worker that never comes), ``sleep`` (workers joined), ``swallow``
 (the same, where the script catches every exception and goes on), ``locked`` (the same,
 holding ``distributed``'s event-loop lock, as a Client starting its loop does), ``close``,
-``queued`` (jobs that stay in the queue), ``exit`` (ends without close()), ``after-close``
+``queued`` (jobs that stay in the queue), ``exit`` (ends without close()), ``error`` (raises
+inside ``with cluster:``, which closes it), ``after-close``
 (calls everything on the closed cluster), ``after-close-keep`` (the same after
 ``close(shutdown=False)``).
 
@@ -95,6 +96,10 @@ if phase == "locked":  # as while a Client or cluster starts or stops its event 
         time.sleep(600)
 if phase == "exit":
     sys.exit(0)
+if phase == "error":  # the user's own error inside the with block: leaving it closes
+    with cluster:
+        say("error")
+        raise ValueError("the user's own error")
 say("close")
 if phase == "after-close-keep":  # a gateway cluster left running for another process
     cluster.close(shutdown=False)

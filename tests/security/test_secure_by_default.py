@@ -110,6 +110,8 @@ def test_hybrid_cluster_with_defaults_refuses_outsiders(staging, credentials_dir
         # the worker's own copies, staged for its job, are 0600 too
         staged = [p for p in staging.rglob("*.pem")]
         assert staged and all(p.stat().st_mode & 0o077 == 0 for p in staged)
+        logs = list(staging.rglob("*.log"))  # what its worker logs: the owner's only (0644)
+        assert logs and all(p.stat().st_mode & 0o077 == 0 for p in logs), logs
 
         assert_refused(outsider(address, tmp_path))
         with cluster.get_client() as client:  # the owner's client carries the certificate
