@@ -114,7 +114,7 @@ def test_helm_values_without_a_gateway_image_say_what_it_needs():
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--scheduler-image", "not an image!"], "images[0] = 'not an image!' is not valid"),
+    (["--scheduler-image", "not an image!"], "--scheduler-image[0] = 'not an image!' is not valid"),
     (["--idle-timeout", "soon"], "--idle-timeout = 'soon' is not valid"),
     (["--cluster-max-memory", "800"], "--cluster-max-memory = '800' is not valid"),
     (["--helm"], "backend = 'local' is not valid"),
