@@ -238,11 +238,24 @@ def doctor(gateway_address: str | None, proxy_address: str | None, cluster_name:
     """Check this node before it starts workers; exit 1 when a check fails."""
     import dask.config
 
-    from hybrid.admin.doctor import DoctorOptions, Status, format_results, run_doctor
+    from hybrid.admin.doctor import (
+        DoctorOptions,
+        Status,
+        format_results,
+        parse_gateway_address,
+        parse_proxy_address,
+        run_doctor,
+    )
 
+    # an address from the dask config is named by its key, not by the option not given
+    if gateway_address is None and dask.config.get("gateway.address", None):
+        gateway_address = parse_gateway_address(dask.config.get("gateway.address"),
+                                                "gateway.address (dask config)")
+    if proxy_address is None and dask.config.get("gateway.proxy-address", None):
+        proxy_address = str(dask.config.get("gateway.proxy-address"))
+        parse_proxy_address(proxy_address, "gateway.proxy-address (dask config)")
     options = DoctorOptions(
-        gateway_address=gateway_address or dask.config.get("gateway.address", None),
-        proxy_address=proxy_address or dask.config.get("gateway.proxy-address", None),
+        gateway_address=gateway_address, proxy_address=proxy_address,
         cluster_name=cluster_name, cert=cert, key=key, system=system, scheduler=scheduler,
         container_image=container_image, pixi_project=pixi_project, conda_env=conda_env,
         workers_per_node=workers_per_node, warn_days=warn_days, timeout=timeout,

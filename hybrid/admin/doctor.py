@@ -38,16 +38,21 @@ BATCH_CHECK_TIMEOUT = 20.0
 # --------------------------------------------------------------------------- addresses
 
 
-def parse_gateway_address(address: str) -> str:
-    """``http(s)://host[:port][/prefix]`` without a trailing slash."""
+def parse_gateway_address(address: str, field: str = "--gateway-address") -> str:
+    """``http(s)://host[:port][/prefix]`` without a trailing slash (``field``: where it came
+    from, for the error)."""
     parsed = urlparse(str(address))
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ConfigurationError("--gateway-address", address,
-                                 "an HTTP address like http://gateway.example.org:8000")
+    try:
+        port_ok = parsed.port is None or parsed.port > 0
+    except ValueError:  # beyond 65535
+        port_ok = False
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
+        raise ConfigurationError(field, address, "an HTTP address like "
+                                 "http://gateway.example.org:8000 (port 1-65535)")
     return str(address).rstrip("/")
 
 
-def parse_proxy_address(address: str) -> tuple[str, int]:
+def parse_proxy_address(address: str, field: str = "--proxy-address") -> tuple[str, int]:
     """``host:port``, ``tls://host:port`` or ``gateway://host:port`` -> ``(host, port)``."""
     text = str(address)
     try:
@@ -56,7 +61,7 @@ def parse_proxy_address(address: str) -> tuple[str, int]:
     except ValueError:
         scheme, host, port = "", "", 0
     if scheme not in ("tcp", "tls", "gateway") or not host or not 1 <= port <= 65535:
-        raise ConfigurationError("--proxy-address", address, "an address with a port, like "
+        raise ConfigurationError(field, address, "an address with a port, like "
                                  "gateway.example.org:8786 or tls://HOST:8786")
     return host, port
 

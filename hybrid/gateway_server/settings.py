@@ -256,10 +256,10 @@ class GatewaySettings(BaseModel):
                                  "dask-gateway-server's Kubernetes backend has no such setting; "
                                  "remove it.", field=name, value=getattr(self, name))
             return
-        if self.heartbeat_timeout is not None and self.heartbeat_timeout <= (
-                self.heartbeat_period or DEFAULT_HEARTBEAT_PERIOD):
-            raise reject(f"a duration longer than heartbeat_period (default "
-                         f"{DEFAULT_HEARTBEAT_PERIOD} s)",
+        period = self.heartbeat_period or DEFAULT_HEARTBEAT_PERIOD
+        if self.heartbeat_timeout is not None and self.heartbeat_timeout <= period:
+            which = "" if self.heartbeat_period else ", its default"
+            raise reject(f"a duration longer than heartbeat_period ({period:g} s{which})",
                          field="heartbeat_timeout", value=self.heartbeat_timeout)
         in_memory = self.db_url in (None, "sqlite://", "sqlite:///:memory:")
         if not in_memory and self.db_key_file is None:

@@ -112,6 +112,8 @@ def test_every_setting_is_documented():
     ({"cluster_start_timeout": 0}, "cluster_start_timeout", "longer than zero"),
     ({"heartbeat_period": 0.5}, "heartbeat_period", "whole number"),
     ({"heartbeat_period": 10, "heartbeat_timeout": 10}, "heartbeat_timeout", "longer"),
+    # the period given, not the default's (15 s), is the one the error quotes
+    ({"heartbeat_period": 10, "heartbeat_timeout": 5}, "heartbeat_timeout", "period (10 s)"),
     ({"db_url": "sqlite:////var/db.sqlite"}, "db_key_file", "openssl rand"),
     ({"backend": "kubernetes", "cluster_start_timeout": 60}, "cluster_start_timeout",
      "Kubernetes backend"),
