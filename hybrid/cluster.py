@@ -222,6 +222,10 @@ class HybridCluster(ClusterViews, Cluster):
         return lifecycle.sync(self.loop, func, *args,
                               callback_timeout=parse_timedelta(callback_timeout), **kwargs)
 
+    def __enter__(self) -> HybridCluster:
+        self._check_open()  # (not "IOLoop is closed" from a closed cluster's loop)
+        return super().__enter__()
+
     def _check_open(self) -> None:
         """Refuse any call once the cluster is closing or closed (one clear error)."""
         if self.status in (Status.closing, Status.closed):
@@ -392,6 +396,8 @@ class HybridCluster(ClusterViews, Cluster):
                 if self.status == Status.closed or isinstance(problem, KeyboardInterrupt):
                     self._ending.finished(problem, self._close_note)  # (or stopped waiting)
                 if self.status == Status.closed and not lifecycle.terminating():
+                    for client in self._clients:  # (each holds the loop's thread too)
+                        client._loop_runner.stop()
                     self._loop_runner.stop()  # (a terminating process ends it with itself)
 
     async def _detach(self) -> None:
@@ -562,20 +568,9 @@ class HybridCluster(ClusterViews, Cluster):
     def __repr__(self) -> str:
         manager = self.manager
         statuses = manager.status() if manager is not None else {}
-        pools = ", ".join(f"{name}: {_jobs_in_words(status)}"
-                          for name, status in statuses.items())
+        pools = "; ".join(status.summary() for status in statuses.values())
         return (f"HybridCluster({self.name!r}, {self.scheduler_address!r}, "
-                f"status={self.status.name}, pools={{{pools}}})")
-
-
-def _jobs_in_words(status: PoolStatus) -> str:
-    """``"2 running, 3 pending (Resources) of 5"`` for a repr."""
-    parts = []
-    for state, jobs in status.jobs.items():
-        if jobs:
-            why = status.reasons.get(state)
-            parts.append(f"{jobs} {state}" + (f" ({', '.join(why)})" if why else ""))
-    return (", ".join(parts) or "no job") + f" of {status.target}"
+                f"status={self.status.name}, pools=[{pools}])")
 
 
 HybridCluster.add_pool.__doc__ = (

@@ -47,6 +47,7 @@ from typing import Any
 
 from hybrid import config
 from hybrid.errors import ClusterClosed
+from hybrid.quiet_logs import hush_ended_gathers
 
 __all__ = ["ClusterClosed", "Ending", "Terminated", "closed_error", "end_all", "open_endings",
            "outcome", "read_on_loop", "register", "sync", "terminating"]
@@ -168,6 +169,7 @@ def register(label: str, close: Callable[[], Any], *, asynchronous: bool = False
     with _lock:
         _endings.append(ending)
         _install()
+    hush_ended_gathers()  # a close under a client's gather leaves its waits' noise
     return ending
 
 

@@ -106,3 +106,27 @@ class RestartsExplained(logging.Filter):
 
     def close(self) -> None:
         logging.getLogger(self._LOGGER).removeFilter(self)
+
+
+class GathersEnded(logging.Filter):
+    """asyncio's "Task exception was never retrieved" for distributed's ``AllExit``: the
+    sentinel with which ``Client.gather`` stops waiting, raised in waits nobody reads once a
+    close ended the client under them (Ctrl-C inside ``gather``): no one's error. Shown with
+    ``hybrid.logging.verbose``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (type(error).__name__ == "AllExit"
+                    and type(error).__module__ == "distributed.client"
+                    and not config.get("logging.verbose", False))
+
+
+_GATHERS_ENDED = GathersEnded()
+
+
+def hush_ended_gathers() -> None:
+    """Put :class:`GathersEnded` on asyncio's logger, once for the process (its records
+    come when the waits are collected, which may be long after the close)."""
+    logger = logging.getLogger("asyncio")
+    if _GATHERS_ENDED not in logger.filters:
+        logger.addFilter(_GATHERS_ENDED)

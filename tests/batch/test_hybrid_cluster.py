@@ -377,3 +377,28 @@ def test_extra_arguments_that_would_undo_hybrid_s_own_are_refused(
     with pytest.raises(ConfigurationError) as caught:
         PoolSpec.build("cpu", "slurm", worker_extra_args=args)
     assert caught.value.field == f"add_pool('cpu').{field}" and words in str(caught.value)
+
+
+def test_closing_ends_the_loop_thread_its_clients_shared_and_a_closed_cluster_says_so(
+        staging) -> None:
+    """A client from ``get_client()`` kept the cluster's "IO loop" thread alive after
+    ``close()`` (its own hold on the loop); ``with cluster:`` after the close raised
+    distributed's "IOLoop is closed" instead of hybrid's one clear error."""
+    import threading
+
+    from hybrid.errors import ClusterClosed
+
+    def loop_threads() -> set[int]:
+        return {t.ident for t in threading.enumerate() if t.name == "IO loop"}
+
+    before = loop_threads()
+    cluster = HybridCluster()
+    cluster.add_pool("cpu", "local", nanny=False)
+    cluster.scale(1)
+    cluster.wait_for_workers(1, timeout=60, progress=False)
+    client = cluster.get_client()
+    assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+    cluster.close()
+    wait_for(lambda: loop_threads() <= before, 30, "the cluster's loop thread to end")
+    with pytest.raises(ClusterClosed, match=cluster.name), cluster:
+        pass

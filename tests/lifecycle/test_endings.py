@@ -270,6 +270,18 @@ def test_ctrl_c_while_the_workers_run_closes_with_one_line(script, kind):
     _assert_nothing_left(run)
 
 
+@pytest.mark.htcondor
+def test_ctrl_c_while_waiting_for_results_closes_with_one_line(script):
+    """Ctrl-C inside ``client.gather``: distributed's waits that the close ended printed
+    "Task exception was never retrieved ... AllExit" tracebacks beside hybrid's line."""
+    run = script("htcondor", "gather")
+    run.until("gather")
+    run.process.send_signal(signal.SIGINT)
+    assert run.finish() == -signal.SIGINT, run.text()
+    _assert_one_clean_message(run, "interrupted (Ctrl-C)", run.cluster, "closed")
+    _assert_nothing_left(run)
+
+
 @pytest.mark.gateway
 def test_ctrl_c_while_the_gateway_starts_the_cluster_stops_it(script, lifecycle_gateway):
     client = lifecycle_gateway.gateway()

@@ -9,7 +9,8 @@ where the script stays (the test signals it there):
 (the same, where the script catches every exception and goes on), ``locked`` (the same,
 holding ``distributed``'s event-loop lock, as a Client starting its loop does), ``close``,
 ``queued`` (jobs that stay in the queue), ``exit`` (ends without close()), ``error`` (raises
-inside ``with cluster:``, which closes it), ``after-close``
+inside ``with cluster:``, which closes it), ``gather`` (waits for the results of tasks that
+run), ``after-close``
 (calls everything on the closed cluster), ``after-close-keep`` (the same after
 ``close(shutdown=False)``).
 
@@ -96,6 +97,30 @@ if phase == "locked":  # as while a Client or cluster starts or stops its event 
         time.sleep(600)
 if phase == "exit":
     sys.exit(0)
+if phase == "gather":  # waiting for the results of tasks that run
+    import threading
+
+    main = threading.main_thread().ident
+
+    def say_when_waiting():
+        """``phase gather`` once the main thread waits inside distributed's ``sync`` for
+        the gather it started (a Ctrl-C before that hits distributed's own race, whose
+        ``cancel`` then finds no future: not what this phase is for)."""
+        while True:
+            frame = sys._current_frames().get(main)
+            while frame is not None and not (frame.f_code.co_name == "sync"
+                                             and "future" in frame.f_locals):
+                frame = frame.f_back
+            if frame is not None:
+                return say("gather")
+            time.sleep(0.01)
+
+    client = cluster.get_client()  # (not closed: the cluster's close ends it)
+    futures = client.map(time.sleep, [600, 601])
+    while sum(map(len, client.processing().values())) < 2:  # both run
+        time.sleep(0.05)
+    threading.Thread(target=say_when_waiting, daemon=True).start()
+    client.gather(futures)
 if phase == "error":  # the user's own error inside the with block: leaving it closes
     with cluster:
         say("error")
