@@ -77,7 +77,9 @@ class Ending:
     """One registered cluster: how to close it, and whether it is still open.
 
     Made by :func:`register`. The owner is held weakly, as dask-gateway holds its clusters:
-    one that its user dropped is collected, and its own ``__del__`` ends it then.
+    one that its user dropped is collected where nothing else holds it, and its own
+    ``__del__`` ends it then. A running ``HybridCluster`` is held by distributed's own tasks
+    on its loop: dropped, it stays open until the process ends, when the exit hook closes it.
     """
 
     def __init__(self, label: str, close: Callable[[], Any], asynchronous: bool) -> None:
