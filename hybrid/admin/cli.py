@@ -60,7 +60,7 @@ Examples:
               help="File form: the address the entry point listens on (default: all).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=int,
               help="The scheduler port workers and clients connect to.")
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True,
+@click.option("--namespace", default=None, show_default=DEFAULT_NAMESPACE,
               help="Kubernetes form: the namespace of the route (the gateway's).")
 @click.option("--entry-point", default=DEFAULT_ENTRY_POINT, show_default=True,
               help="Traefik entry point of its own for the scheduler port.")
@@ -69,11 +69,11 @@ Examples:
                    "traefik-dask-gateway) or, file form, its host.")
 @click.option("--service-port", default=str(DEFAULT_PORT), show_default=True,
               help="The proxy's port (Kubernetes form: a number or a Service port name).")
-@click.option("--dynamic-file", default=DEFAULT_DYNAMIC_FILE, show_default=True,
+@click.option("--dynamic-file", default=None, show_default=DEFAULT_DYNAMIC_FILE,
               help="File form: where the dynamic configuration will be written.")
 @_bad_input_is_usage_error
-def ingress(form: str, host: str | None, port: int, namespace: str, entry_point: str,
-            service: str | None, service_port: str, dynamic_file: str) -> None:
+def ingress(form: str, host: str | None, port: int, namespace: str | None, entry_point: str,
+            service: str | None, service_port: str, dynamic_file: str | None) -> None:
     """Print the Traefik route: scheduler port, TLS passed through by SNI daskgateway-*."""
     from hybrid.admin.ingress import render_ingress
 
@@ -107,6 +107,12 @@ def ports(workers_per_node: int, nanny: bool | None, scheduler_host: str | None,
           as_json: bool) -> None:
     """Check the worker port ranges and print the firewall rules to open."""
     from hybrid.admin.ports import format_plan, plan_ports
+    from hybrid.fields import is_host
+
+    for flag, host in (("--scheduler-host", scheduler_host), ("--ingress-host", ingress_host)):
+        if host is not None and not is_host(host):
+            raise ConfigurationError(flag, host, "a host name or IP address, e.g. "
+                                     "gateway.example.org or 10.0.0.7")
 
     plan = plan_ports(workers_per_node, nanny=nanny, scheduler_host=scheduler_host,
                       ingress_host=ingress_host, ingress_port=ingress_port,

@@ -216,29 +216,34 @@ def render_ingress(
     *,
     host: str | None = None,
     port: int = DEFAULT_PORT,
-    namespace: str = DEFAULT_NAMESPACE,
+    namespace: str | None = None,
     entry_point: str = DEFAULT_ENTRY_POINT,
     service: str | None = None,
     service_port: int | str = DEFAULT_PORT,
-    dynamic_file: str = DEFAULT_DYNAMIC_FILE,
+    dynamic_file: str | None = None,
 ) -> str:
     """The YAML ``hybrid admin ingress`` prints.
 
-    ``kubernetes``: the ``IngressRouteTCP`` manifest, with the entry point Traefik needs as
-    a comment. ``file``: two YAML documents, the static snippet then the dynamic file.
+    ``kubernetes``: the ``IngressRouteTCP`` manifest (in ``namespace``, default
+    ``dask-gateway``), with the entry point Traefik needs as a comment. ``file``: two YAML
+    documents, the static snippet then the dynamic file (``dynamic_file``). A setting of
+    the other form is refused, not ignored.
     """
     if form not in FORMS:
         raise ConfigurationError("--form", form, " or ".join(FORMS))
     listen_port = check_port(port, "--port")
     if form == "kubernetes":
-        if host not in (None, ""):
-            raise ConfigurationError(
-                "--host", host, "no --host with --form kubernetes",
-                fix="Traefik in Kubernetes listens where its Service does; --host sets the "
-                    "listen address of --form file.",
-            )
+        for flag, given, fix in (
+                ("--host", host, "Traefik in Kubernetes listens where its Service does; --host "
+                 "sets the listen address of --form file."),
+                ("--dynamic-file", dynamic_file, "Traefik in Kubernetes reads the manifest, "
+                 "not a file; --dynamic-file is the file of --form file.")):
+            if given not in (None, ""):
+                raise ConfigurationError(flag, given, f"no {flag} with --form kubernetes",
+                                         fix=fix)
         manifest = ingress_route_tcp(
-            namespace=namespace, service=service or DEFAULT_KUBERNETES_SERVICE,
+            namespace=namespace or DEFAULT_NAMESPACE,
+            service=service or DEFAULT_KUBERNETES_SERVICE,
             service_port=service_port, entry_point=entry_point,
         )
         helm_ports = {"ports": {entry_point: {
@@ -253,9 +258,13 @@ def render_ingress(
             + _commented(_dump(helm_ports))
             + "---\n" + _dump(manifest)
         )
+    if namespace is not None:
+        raise ConfigurationError("--namespace", namespace, "no --namespace with --form file",
+                                 fix="The file provider has no namespace; --namespace is the "
+                                     "IngressRouteTCP's, of --form kubernetes.")
     configs = file_provider_configs(
         service=service, service_port=service_port, port=listen_port, host=host,
-        entry_point=entry_point, dynamic_file=dynamic_file,
+        entry_point=entry_point, dynamic_file=dynamic_file or DEFAULT_DYNAMIC_FILE,
     )
     return (
         "# Traefik static configuration (traefik.yml): the scheduler entry point and the\n"

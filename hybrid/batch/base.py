@@ -212,6 +212,9 @@ class BatchSystem(abc.ABC):
                          "Give the queue's name as the batch system lists it.",
                          field="queue", value=spec.queue)
         for index, directive in enumerate(spec.job_extra_directives):
+            if not directive.strip():
+                raise reject("a directive, not an empty line", "Leave the empty item out.",
+                             field=f"job_extra_directives[{index}]", value=directive)
             what = cls.refused_directive(directive)
             if what is not None:
                 raise reject(f"a directive that does not set {what} (hybrid sets it)",

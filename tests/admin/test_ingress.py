@@ -134,6 +134,7 @@ def test_cli_file_form_prints_static_then_dynamic() -> None:
     ({"service_port": "not a port name"}, "--service-port"),
     ({"service_port": 0}, "--service-port"),
     ({"host": "127.0.0.1"}, "--host"),  # --host belongs to the file form
+    ({"dynamic_file": "/etc/x.yml"}, "--dynamic-file"),  # and so does this (was ignored)
 ])
 def test_bad_kubernetes_input_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -148,6 +149,7 @@ def test_bad_kubernetes_input_names_the_field(kwargs: dict, field: str) -> None:
     ({"service": "gw", "host": "a host"}, "--host"),
     ({"service": "gw", "dynamic_file": "relative.yml"}, "--dynamic-file"),
     ({"service": "gw", "entry_point": "web"}, "--entry-point"),
+    ({"service": "gw", "namespace": "ns"}, "--namespace"),  # the manifest's (was ignored)
 ])
 def test_bad_file_input_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigurationError) as caught:

@@ -122,3 +122,11 @@ def test_cli_text_table_and_errors() -> None:
     assert result.exit_code == 2
     assert "hybrid.worker.port-range = '20000:20015' is not valid" in result.output
     assert "at least 17 ports" in result.output
+
+
+@pytest.mark.parametrize("flag", ["--scheduler-host", "--ingress-host"])
+def test_cli_hosts_of_the_rules_are_host_names(flag: str) -> None:
+    """A host with a space went into the printed rules ("ingress (a b)"), which admins paste
+    into their firewall's configuration."""
+    result = CliRunner().invoke(cli, ["admin", "ports", flag, "a b"])
+    assert result.exit_code == 2 and f"{flag} = 'a b' is not valid" in result.output

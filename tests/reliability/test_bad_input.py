@@ -614,6 +614,7 @@ BAD_INPUTS: list[Case] = [
     in_env("env-contact-port", "DASK_HYBRID__WORKER__CONTACT_ADDRESS", "tcp://h:99999",
            "hybrid.worker.contact-address", add_slurm, issue=True),
     # ---- what an audit of the rendered files found past the checks (2026-11-29)
+    directive("slurm-empty-directive", " "),
     directive("pbs-tag-attached", "-vHYBRID_TAG=x", "pbs"),
     directive("pbs-tag-after-flags", "-zv HYBRID_TAG=x", "pbs"),
     directive("pbs-tag-second-option", "-r y -v HYBRID_TAG=x", "pbs"),
