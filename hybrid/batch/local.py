@@ -8,7 +8,10 @@ pool, scheduler), so another process of the same user lists and removes them too
 (``connect`` after ``close(shutdown=False)``, ``hybrid gc``); a recorded PID counts only
 while a process with that PID and that start time lives. A GPU pool's job gets its GPUs in
 ``CUDA_VISIBLE_DEVICES``, taken in turn from this process's ``CUDA_VISIBLE_DEVICES`` or else
-``nvidia-smi``'s list, as a batch system hands a job the GPUs it was given.
+``nvidia-smi``'s list, as a batch system hands a job the GPUs it was given. Each job gets a
+temporary directory of its own (``TMPDIR``, where its worker keeps its scratch space), as a
+batch system's job scratch; it is removed with the job, or once the job has ended, so a
+worker killed at work (a removal kills at once) leaves no scratch behind.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -91,7 +96,9 @@ class LocalProcesses(BatchSystem):
         for _ in range(count):
             number = next(_counter)
             job_id = f"local-{os.getpid()}-{number}"
-            env = {**job_base_environment(), "HYBRID_JOB_ID": job_id}
+            base = job_base_environment()
+            scratch = tempfile.mkdtemp(prefix=f"hybrid-{job_id}-", dir=base.get("TMPDIR"))
+            env = {**base, "HYBRID_JOB_ID": job_id, "TMPDIR": scratch}
             if devices:  # each GPU job gets its GPUs, as a batch system's would
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(
                     devices[(number * job.spec.gpus + j) % len(devices)]
@@ -110,7 +117,7 @@ class LocalProcesses(BatchSystem):
             write_private(records / f"{job_id}.json", json.dumps({
                 "job_id": job_id, "pid": proc.pid, "start": _start_time(proc.pid, reap=False),
                 "cluster": job.cluster, "pool": job.pool,
-                "scheduler": job.connection.scheduler_address}))
+                "scheduler": job.connection.scheduler_address, "scratch": scratch}))
             ids.append(job_id)
         return ids
 
@@ -141,6 +148,7 @@ class LocalProcesses(BatchSystem):
             if alive:
                 return JobState.running, None
             code = None
+        _remove_scratch(record)  # (the job has ended)
         if removed:
             return JobState.removed, "removed by hybrid"
         if code is None:
@@ -189,6 +197,8 @@ class LocalProcesses(BatchSystem):
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(5)
+            if not self._alive(record):
+                _remove_scratch(record)
 
     def _alive(self, record: dict[str, Any]) -> bool:
         with self._lock:
@@ -196,6 +206,13 @@ class LocalProcesses(BatchSystem):
         if proc is not None:
             return proc.poll() is None
         return record.get("start") is not None and _start_time(record["pid"]) == record["start"]
+
+
+def _remove_scratch(record: dict[str, Any]) -> None:
+    """Remove an ended job's temporary directory (one hybrid made: its name says so)."""
+    scratch = record.get("scratch")
+    if scratch and Path(scratch).name.startswith(f"hybrid-{record['job_id']}-"):
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def listen_host(address: str) -> str | None:

@@ -624,3 +624,26 @@ def test_a_local_job_that_ends_at_once_keeps_its_exit_code(staging, monkeypatch)
     (job_id,) = system.submit(job, directory, 1)
     (status,) = system.query(job_ids=[job_id])
     assert (status.state, status.reason) == (JobState.failed, "exit code 3")
+
+
+def test_a_local_job_removed_while_its_worker_works_leaves_no_scratch(staging, tmp_path,
+                                                                       monkeypatch) -> None:
+    """A removal kills a job's worker at once (its job script's trap), so a busy worker never
+    removed its ``dask-scratch-space/worker-*`` directory: each local job now has a
+    temporary directory of its own (as a batch system's scratch), removed with the job."""
+    import time
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=60, progress=False)
+        with cluster.get_client() as client:
+            busy = client.map(time.sleep, [600, 601])
+            wait_for(lambda: sum(map(len, client.processing().values())) == 2, 60,
+                     "both workers busy")
+            assert list(temporary.rglob("worker-*")), "the workers' scratch is elsewhere"
+            del busy
+    assert not list(temporary.iterdir()), list(temporary.rglob("*"))

@@ -277,7 +277,9 @@ def test_a_local_gpu_job_shares_its_gpu_under_its_own_mps_daemon(staging, tmp_pa
         assert most_at_once(runs) == MPS_TASKS_PER_GPU
         assert {r["devices"] for r in runs} == {"fakegpu0"}
         (pipe,) = {r["pipe"] for r in runs}
-        assert pipe.startswith(str(tmp_path) + "/hybrid-mps.") and pipe.endswith("/pipe")
+        # in the job's own TMPDIR (a local job's scratch, under this process's TMPDIR)
+        assert Path(pipe).parent.name.startswith("hybrid-mps.") and pipe.endswith("/pipe")
+        assert Path(pipe).parents[1].parent == tmp_path
         assert {r["pipe_mode"] for r in runs} == {"0o700"}
         assert log_lines(log) == [["start", pipe, "700", "700", "fakegpu0"]]
     # the daemon was told to quit when the job ended, and its directories are gone
