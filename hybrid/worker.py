@@ -41,6 +41,12 @@ class TLSFiles:
     cert: str
     key: str
 
+    def __repr__(self) -> str:  # PEM text (the key!) is not shown, as distributed's Security
+        def shown(source: str) -> str:
+            return "'<PEM text>'" if "-----BEGIN" in source else repr(source)
+
+        return f"TLSFiles(ca={shown(self.ca)}, cert={shown(self.cert)}, key={shown(self.key)})"
+
 
 def read_pem(source: str) -> bytes:
     """The PEM bytes of a TLS source: the text itself, or the file it names."""

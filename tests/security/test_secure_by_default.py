@@ -431,3 +431,17 @@ def test_doctor_reports_plain_tcp_beyond_loopback(staging) -> None:
     with HybridCluster(dashboard_address=None) as secure:
         closed = check_scheduler_access(secure.scheduler_address, timeout=5)
     assert closed.status is Status.ok, closed
+
+
+def test_the_cluster_s_objects_show_no_private_key(staging, credentials_directory) -> None:
+    """``repr(pool.job)`` (a notebook cell's output, saved in the .ipynb; a traceback's
+    locals) printed the cluster's private key: the TLS material rides in-memory as PEM
+    text, which distributed's own ``Security`` repr hides."""
+    with HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "local", nanny=False)
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=120, progress=False)
+        job = cluster.manager.pools["cpu"].job
+        shown = " ".join(map(repr, (pool, job, job.connection, job.connection.tls)))
+        assert "PRIVATE KEY" not in shown and "BEGIN" not in shown, shown
+        assert "<PEM text>" in repr(job.connection.tls)  # (said, not hidden silently)
