@@ -44,10 +44,13 @@ class PoolAdaptive(AdaptiveCore):
     def __init__(self, manager: PoolManager, pool: ManagedPool, minimum: int = 0,
                  maximum: int = 10, interval: Any = "2s", wait_count: int = 3):
         from hybrid.fields import count, seconds, validate_value
+        from hybrid.resources import MAX_WORKERS
 
         minimum, maximum, wait_count = (
-            validate_value(count(low), value, f"adapt.{label}") for label, value, low in (
-                ("minimum", minimum, 0), ("maximum", maximum, 0), ("wait_count", wait_count, 1)))
+            validate_value(count(low, high), value, f"adapt.{label}")
+            for label, value, low, high in (("minimum", minimum, 0, MAX_WORKERS),
+                                            ("maximum", maximum, 0, MAX_WORKERS),
+                                            ("wait_count", wait_count, 1, None)))
         if minimum > maximum:
             raise ConfigurationError("adapt.minimum", minimum, f"at most maximum ({maximum})")
         try:

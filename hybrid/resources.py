@@ -45,7 +45,8 @@ __all__ = [
 #: The most threads and GPUs one worker's job may have (as a pool's ``cores``/``gpus``).
 MAX_THREADS = 1024
 MAX_GPUS = 64
-#: The most pods one group may have (as ``hybrid submit --count``).
+#: The most pods one group may have, and jobs one pool (``scale``, ``adapt``, ``hybrid submit
+#: --count``).
 MAX_WORKERS = 100_000
 
 

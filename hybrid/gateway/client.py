@@ -55,6 +55,7 @@ from hybrid.gateway.options import (
     offered_value,
     pool_specs,
     scheduler_sni,
+    wait_timeout,
 )
 from hybrid.widgets import ClusterViews
 
@@ -430,9 +431,9 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
             raise ValueError(f"`n_workers` must be a positive integer. Instead got "
                              f"{n_workers}.")
         if self._pools is None and pool is None:
-            return self.gateway.sync(self._wait_for_any_workers, n_workers, timeout)
+            return self.gateway.sync(self._wait_for_any_workers, n_workers, wait_timeout(timeout))
         return self.gateway.sync(self._manager().wait_for_workers, n_workers, pool=pool,
-                                 timeout=timeout, progress=progress)
+                                 timeout=wait_timeout(timeout), progress=progress)
 
     async def _wait_for_any_workers(self, n_workers: int, timeout: Any) -> None:
         from dask.utils import parse_timedelta

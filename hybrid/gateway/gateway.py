@@ -127,6 +127,11 @@ class HTCGateway(Gateway):
             return self._reports(found)
         return [HTCClusterReport.from_report(report, self) for report in found]
 
+    def stop_cluster(self, cluster_name: str, **kwargs: Any) -> Any:
+        """Stop a cluster by name (the name checked as :meth:`connect` checks it)."""
+        _check_cluster_name(cluster_name, "cluster_name")
+        return super().stop_cluster(cluster_name, **kwargs)
+
     def get_cluster(self, cluster_name: str, **kwargs: Any) -> Any:
         """One cluster's report (connectable with ``report.connect()``)."""
         _check_cluster_name(cluster_name, "cluster_name")

@@ -161,6 +161,9 @@ def pool_specs(options: Mapping[str, Any], env: Mapping[str, str],
     from hybrid.pools import PoolSpec
 
     pools = options.get("pools")
+    if options.get("pool") is not None and not options["pool"]:
+        raise ConfigurationError("pool", options["pool"], "a batch system's name, e.g. 'slurm' "
+                                 "(or pool=None: a cluster of the gateway's own workers)")
     system = options.get("pool") or config.get("gateway.pool", None)
     single = {k: options[k] for k in POOL_KEYWORDS if options.get(k) is not None}
     single.pop("env", None)
@@ -168,8 +171,10 @@ def pool_specs(options: Mapping[str, Any], env: Mapping[str, str],
         if not isinstance(pools, Mapping) or not pools:
             raise ConfigurationError("pools", pools,
                                      "a non-empty mapping {name: {system: ..., ...}}")
-        if "pool" in options or "worker_cores" in single or "worker_memory" in single:
-            key = "pool" if "pool" in options else next(iter(single))
+        beside = [k for k in ("worker_cores", "worker_memory", "worker_gpus", "worker_walltime")
+                  if k in single]  # (a container or environment applies to every entry)
+        if "pool" in options or beside:
+            key = "pool" if "pool" in options else beside[0]
             raise ConfigurationError(key, options.get(key, single.get(key)),
                                      "nothing beside pools=",
                                      "Set it inside each pools entry instead.")
@@ -267,3 +272,12 @@ def _settings_dict(worker_address_: str, specs: Mapping[str, Any], options: Mapp
 # ---------------------------------------------------------------------------------------------
 # The gateway client and its clusters
 # ---------------------------------------------------------------------------------------------
+
+
+def wait_timeout(timeout: Any) -> float | None:
+    """``wait_for_workers``' timeout in seconds (``None``: no limit), checked as
+    :class:`~hybrid.HybridCluster`'s is."""
+    from hybrid.fields import Interval, validate_value
+
+    return None if timeout is None else validate_value(Interval, timeout,
+                                                       "wait_for_workers.timeout")

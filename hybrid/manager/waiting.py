@@ -22,9 +22,11 @@ from hybrid.errors import ConfigurationError, PoolFailed, WorkersDidNotArrive
 from hybrid.fields import count
 from hybrid.manager.pool import ManagedPool
 from hybrid.manager.progress import WaitProgress, progress_mode
+from hybrid.resources import MAX_WORKERS
 
-#: How many workers a pool is scaled to (``scale(n)``).
-WORKERS = count(0, None, "a whole number of workers >= 0")
+#: How many workers a pool is scaled to (``scale(n)``): at most ``MAX_WORKERS``, so that a
+#: typo (``scale(10**6)``) submits nothing (a local pool started 2,400 processes).
+WORKERS = count(0, MAX_WORKERS, f"a whole number of workers from 0 to {MAX_WORKERS}")
 
 
 class WaitingForWorkers:

@@ -440,6 +440,21 @@ BAD_INPUTS: list[Case] = [
         "annotate_resources", lambda b: b.new_cluster(pool="local", annotate_resources="yes")),
     api("gateway-fraction-zero", "new_cluster(pool='local', gpu_fraction=0)", "gpu_fraction",
         lambda b: b.new_cluster(pool="local", gpu_fraction=0)),
+    api("gateway-pools-and-gpus", "new_cluster(pools={'a': {'system': 'local'}}, worker_gpus=1)",
+        "worker_gpus", lambda b: b.new_cluster(pools={"a": {"system": "local"}}, worker_gpus=1)),
+    api("gateway-pools-and-walltime",
+        "new_cluster(pools={'a': {'system': 'local'}}, worker_walltime='1h')",
+        "worker_walltime",
+        lambda b: b.new_cluster(pools={"a": {"system": "local"}}, worker_walltime="1h")),
+    api("gateway-pool-empty", "new_cluster(pool='')", "pool", lambda b: b.new_cluster(pool="")),
+    api("gateway-wait-timeout-abc", "wait_for_workers(1, timeout='abc') (gateway cluster)",
+        "wait_for_workers.timeout", lambda b: _waits(b.gateway().new_cluster(pool="local"))),
+    api("gateway-stop-no-name", "gateway.stop_cluster('')", "cluster_name",
+        lambda b: b.gateway().stop_cluster("")),
+    api("scale-1e6", "scale(10**6)", "scale.n",
+        lambda b: b.cluster.scale(10**6, pool=b.add("local").name)),
+    api("adapt-maximum-1e6", "adapt(maximum=10**6)", "adapt.maximum",
+        lambda b: b.cluster.adapt(b.add("local").name, maximum=10**6)),
     # ---- the command line
     cli("cli-memory-nan", ["render", "--system", "slurm", "--memory", "nan GiB"], "--memory",
         issue=True),
@@ -677,6 +692,12 @@ BAD_INPUTS: list[Case] = [
     in_env("env-pre-spawn-newline", "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON",
            '{"X": "a\\nb"}', "distributed.nanny.pre-spawn-environ['X']", add_slurm),
 ]
+
+def _waits(cluster: Any) -> Any:
+    """``cluster.wait_for_workers(1, timeout='abc')``, the cluster shut down whatever it says."""
+    with cluster:
+        return cluster.wait_for_workers(1, timeout="abc")
+
 
 FIXED = [case for case in BAD_INPUTS if case.open is None]
 OPEN = [case for case in BAD_INPUTS if case.open is not None]
