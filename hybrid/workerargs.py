@@ -45,23 +45,40 @@ def _option(arg: str) -> str:
     return arg.split("=", 1)[0] if arg.startswith("--") else arg
 
 
+def _words(value: str) -> list[str]:
+    """The resources of one ``--resources`` value (distributed splits at spaces and commas)."""
+    return value.replace(",", " ").split()
+
+
+def _resources_arguments(args: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Each ``--resources`` argument: its index, the index past its value (attached with
+    ``=``, or the next word) and the value."""
+    found = []
+    for index, arg in enumerate(args):
+        if _option(arg) == "--resources":
+            attached = "=" in arg
+            value = arg.partition("=")[2] if attached else (
+                args[index + 1] if index + 1 < len(args) else "")
+            found.append((index, index + (1 if attached else 2), value))
+    return found
+
+
 def problem(args: Sequence[str]) -> tuple[str, str, str, str | None] | None:
     """The first extra argument hybrid cannot take, as ``(field, value, accepted, fix)``."""
+    resources = {index: value for index, _, value in _resources_arguments(args)}
     for index, arg in enumerate(args):
         field, option = f"worker_extra_args[{index}]", _option(arg)
         if option in OWN_OPTIONS:
             return (field, arg, f"no {option}: hybrid sets it from {OWN_OPTIONS[option]}, "
                     "and the later one given would win",
                     f"Leave {option} out of worker_extra_args.")
-        if option != "--resources":
+        if index not in resources:
             continue
-        value = arg.partition("=")[2] if "=" in arg else (
-            args[index + 1] if index + 1 < len(args) else "")
-        for word in value.replace(",", " ").split() or [""]:
+        for word in _words(resources[index]) or [""]:
             match = _RESOURCE.fullmatch(word)
             if match is None:
                 return (field, arg, '--resources "NAME=amount [NAME=amount ...]" (e.g. '
-                        f'"FPGA=1"), not {value!r}', None)
+                        f'"FPGA=1"), not {resources[index]!r}', None)
             if match[1] in (GPU, NOT_GPU):
                 return (field, arg, f"resources other than {GPU} and {NOT_GPU}, which "
                         "hybrid gives each worker to route GPU and CPU tasks",
@@ -73,14 +90,10 @@ def split_resources(args: Sequence[str]) -> tuple[dict[str, float], tuple[str, .
     """The resources ``--resources`` arguments give (validated by :func:`problem`), and the
     other arguments."""
     resources: dict[str, float] = {}
-    rest: list[str] = []
-    words = iter(args)
-    for arg in words:
-        if _option(arg) != "--resources":
-            rest.append(arg)
-            continue
-        value = arg.partition("=")[2] if "=" in arg else next(words, "")
-        for word in value.replace(",", " ").split():
+    taken: set[int] = set()
+    for index, end, value in _resources_arguments(args):
+        taken.update(range(index, end))
+        for word in _words(value):
             name, _, amount = word.partition("=")
             resources[name] = float(amount)
-    return resources, tuple(rest)
+    return resources, tuple(arg for index, arg in enumerate(args) if index not in taken)

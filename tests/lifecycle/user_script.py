@@ -106,7 +106,8 @@ if phase == "gather":  # waiting for the results of tasks that run
         """``phase gather`` once the main thread waits inside distributed's ``sync`` for
         the gather it started (a Ctrl-C before that hits distributed's own race, whose
         ``cancel`` then finds no future: not what this phase is for)."""
-        while True:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             frame = sys._current_frames().get(main)
             while frame is not None and not (frame.f_code.co_name == "sync"
                                              and "future" in frame.f_locals):
@@ -114,10 +115,14 @@ if phase == "gather":  # waiting for the results of tasks that run
             if frame is not None:
                 return say("gather")
             time.sleep(0.01)
+        say("never-waited")  # (the test then reads no "phase gather" and fails)
 
     client = cluster.get_client()  # (not closed: the cluster's close ends it)
     futures = client.map(time.sleep, [600, 601])
+    deadline = time.monotonic() + 120
     while sum(map(len, client.processing().values())) < 2:  # both run
+        if time.monotonic() > deadline:
+            raise RuntimeError("the two tasks did not both start within 120 s")
         time.sleep(0.05)
     threading.Thread(target=say_when_waiting, daemon=True).start()
     client.gather(futures)
