@@ -98,7 +98,9 @@ def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
 
 def cleanup_after(error: BaseException | None, cleanup: Callable[[], Any], what: str) -> None:
     """Run ``cleanup``. With ``error`` in flight, a failing cleanup is attached to ``error``
-    (as a note: ``while <what> after this error: ...``) and never replaces it."""
+    (as a note: ``while <what> after this error: ...``) and never replaces it; a Ctrl-C
+    that stops the cleanup carries ``error`` as its cause, which hybrid's Ctrl-C handler
+    still shows."""
     if error is None:
         cleanup()
         return
@@ -106,3 +108,5 @@ def cleanup_after(error: BaseException | None, cleanup: Callable[[], Any], what:
         cleanup()
     except Exception as failure:
         attach_note(error, f"while {what} after this error: {failure}")
+    except KeyboardInterrupt as interrupt:
+        raise interrupt from error

@@ -448,10 +448,10 @@ def _excepthook(kind: type[BaseException], value: BaseException, traceback: Any)
     if open_endings():
         _exiting = _exiting or INTERRUPTED
         end_all(_exiting)
-    original = value.__context__
+    original = value.__cause__  # (errors.cleanup_after's: the error a close cleaned up after)
     if not _reported:  # no cluster of hybrid's was ended by this interruption
         previous(kind, value, traceback)
-    elif isinstance(original, Exception):  # the error a close it interrupted was cleaning up
+    elif isinstance(original, Exception):
         previous(type(original), original, original.__traceback__)
 
 

@@ -131,3 +131,42 @@ def test_wait_for_workers_shows_the_workers_that_already_joined(staging, capfd) 
             cluster.wait_for_workers(3, timeout=3, progress=True)  # a third never comes
         shown = capfd.readouterr().err
     assert "2/3" in shown, shown
+
+
+def test_after_hybrid_s_line_a_ctrl_c_shows_only_the_error_a_close_cleaned_up_after(
+        capsys, monkeypatch) -> None:
+    """The Ctrl-C handler showed the exception a Ctrl-C happened to interrupt (its
+    ``__context__``: an AttributeError that pydantic handles inside itself, on the CI run of
+    the gateway's Ctrl-C test). It shows only the error ``cleanup_after`` gives as cause:
+    the one that ended a ``with`` block whose close the Ctrl-C stopped."""
+    from collections.abc import Callable
+
+    from hybrid import lifecycle
+    from hybrid.errors import cleanup_after
+
+    monkeypatch.setattr(lifecycle, "_reported", True)  # (hybrid's one line was said)
+
+    def interrupted(make: Callable[[], None]) -> KeyboardInterrupt:
+        try:
+            make()
+        except KeyboardInterrupt as interrupt:
+            return interrupt
+        raise AssertionError("no Ctrl-C")
+
+    def inside_a_library() -> None:
+        try:
+            raise AttributeError("handled inside a library")
+        except AttributeError:
+            raise KeyboardInterrupt  # (its __context__: the AttributeError) # noqa: B904
+
+    def stopping_a_close() -> None:
+        def close() -> None:
+            raise KeyboardInterrupt
+
+        cleanup_after(ValueError("the user's own error"), close, "closing the cluster")
+
+    for make, shown in ((inside_a_library, ""), (stopping_a_close, "the user's own error")):
+        interrupt = interrupted(make)
+        lifecycle._excepthook(KeyboardInterrupt, interrupt, interrupt.__traceback__)
+        err = capsys.readouterr().err
+        assert "handled inside a library" not in err and shown in err
