@@ -45,6 +45,13 @@ in_chroot() {
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 "$CHROOT_BIN" "$dir" "$@"
 }
 
+# Same, ended after $1 seconds: for a query of a running pool, which can block.
+in_chroot_within() {
+    local secs="$1" dir="$2"; shift 2
+    timeout -k 5 "$secs" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
+        "$CHROOT_BIN" "$dir" "$@"
+}
+
 # Same, as the unprivileged job user.
 in_chroot_as_job_user() {
     local dir="$1"; shift

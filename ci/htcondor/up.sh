@@ -13,7 +13,9 @@
 #   HYBRID_CI_DEBIAN_MIRROR (default: the Debian mirror of the host's apt sources; none there
 #   is an error, never a guessed address),
 #   HYBRID_CI_CLIENT_PYTHON (python with htcondor2 for the readiness check; default the
-#   checkout's .venv/bin/python), HYBRID_CI_UP_TIMEOUT (seconds, default 120).
+#   checkout's .venv/bin/python), HYBRID_CI_UP_TIMEOUT (seconds, default 120),
+#   HYBRID_CI_WARM_TIMEOUT (seconds a running pool has to answer before it is restarted,
+#   default 30).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,6 +25,7 @@ source "$HERE/common.sh"
 REPO_ROOT="$(cd "$HERE/../.." && pwd)"
 CLIENT_PY="${HYBRID_CI_CLIENT_PYTHON:-$REPO_ROOT/.venv/bin/python}"
 UP_TIMEOUT="${HYBRID_CI_UP_TIMEOUT:-120}"
+WARM_TIMEOUT="${HYBRID_CI_WARM_TIMEOUT:-30}"
 SUITE=trixie
 EXTRA_PACKAGES=(
     # runtime libraries of a host-built (pyenv) CPython's extension modules; most come with condor
@@ -294,10 +297,11 @@ EOF
 # ---------------------------------------------------------------------------------------------
 # 3. Start (unless running) and wait until the host client sees a slot and the schedd answers.
 # ---------------------------------------------------------------------------------------------
-wait_ready() {   # wait_ready PID
-    local pid="$1"
+wait_ready() {   # wait_ready PID TIMEOUT
+    local pid="$1" limit="$2"
     if [[ -x "$CLIENT_PY" ]] && "$CLIENT_PY" -c 'import htcondor2' 2>/dev/null; then
-        CONDOR_CONFIG="$CLIENT_CONFIG" "$CLIENT_PY" - "$pid" "$UP_TIMEOUT" <<'PY'
+        # the outer timeout bounds a query that blocks inside the bindings
+        CONDOR_CONFIG="$CLIENT_CONFIG" timeout -k 5 $(( limit + 15 )) "$CLIENT_PY" - "$pid" "$limit" <<'PY'
 import os, sys, time
 import htcondor2
 
@@ -323,11 +327,11 @@ sys.exit(1)
 PY
     else
         log "WARNING: $CLIENT_PY cannot import htcondor2; checking with the chroot's own tools"
-        local deadline=$(( $(date +%s) + UP_TIMEOUT ))
+        local deadline=$(( $(date +%s) + limit ))
         while (( $(date +%s) < deadline )); do
             kill -0 "$pid" 2>/dev/null || { log "condor_master exited"; return 2; }
-            if [[ -n "$(in_chroot "$ROOT" condor_status -af Name 2>/dev/null)" ]] \
-                && in_chroot "$ROOT" condor_q -totals >/dev/null 2>&1; then
+            if [[ -n "$(in_chroot_within 20 "$ROOT" condor_status -af Name 2>/dev/null)" ]] \
+                && in_chroot_within 20 "$ROOT" condor_q -totals >/dev/null 2>&1; then
                 return 0
             fi
             sleep 0.5
@@ -339,7 +343,7 @@ PY
 ensure_token() {   # an IDTOKEN for the job user (needs the running pool's signing key)
     local tok="$STATE_DIR/tokens.d/$JOB_USER"
     [[ -s "$tok" ]] && return 0
-    if in_chroot "$ROOT" condor_token_create -identity "$JOB_USER@$DOMAIN" >"$tok.tmp" 2>>"$LOG_DIR/token.log"; then
+    if in_chroot_within 60 "$ROOT" condor_token_create -identity "$JOB_USER@$DOMAIN" >"$tok.tmp" 2>>"$LOG_DIR/token.log"; then
         chmod 0600 "$tok.tmp"   # HTCondor silently ignores token files with looser modes
         mv "$tok.tmp" "$tok"
     else
@@ -349,11 +353,20 @@ ensure_token() {   # an IDTOKEN for the job user (needs the running pool's signi
 }
 
 if pid="$(live_master_pid)"; then
-    wait_ready "$pid" || { show_condor_logs; die "condor_master $pid runs but the pool does not answer"; }
+    if ! wait_ready "$pid" "$WARM_TIMEOUT"; then
+        # A running pool that does not answer (a daemon blocked after earlier stops and
+        # starts) is restarted once rather than left to hang every test that needs it.
+        [[ -z "${HYBRID_CI_HTCONDOR_RESTARTED:-}" ]] \
+            || { show_condor_logs; die "condor_master $pid runs but the pool does not answer"; }
+        log "WARNING: condor_master $pid runs but the pool did not answer within ${WARM_TIMEOUT} s: restarting it"
+        show_condor_logs
+        bash "$HERE/down.sh"
+        HYBRID_CI_HTCONDOR_RESTARTED=1 exec bash "$HERE/up.sh" "$@"
+    fi
     if [[ $CONF_CHANGED == 1 ]]; then   # this script's settings changed: reconfigure
-        in_chroot "$ROOT" condor_reconfig >/dev/null || die "condor_reconfig failed"
+        in_chroot_within 60 "$ROOT" condor_reconfig >/dev/null || die "condor_reconfig failed"
         deadline=$(( $(date +%s) + UP_TIMEOUT ))
-        until [[ "$(in_chroot "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT NEGOTIATOR_CYCLE_DELAY 2>/dev/null | tr '\n' ' ')" == "$BUSY_LIMIT $CYCLE_DELAY " ]]; do
+        until [[ "$(in_chroot_within 20 "$ROOT" condor_config_val -negotiator HYBRID_CI_BUSY_LIMIT NEGOTIATOR_CYCLE_DELAY 2>/dev/null | tr '\n' ' ')" == "$BUSY_LIMIT $CYCLE_DELAY " ]]; do
             (( $(date +%s) < deadline )) || die "the negotiator did not take the new settings"
             sleep 0.5
         done
@@ -373,7 +386,7 @@ env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
 pid=$!
 echo "$pid" >"$PID_FILE"
 log "started condor_master (pid $pid)"
-if ! wait_ready "$pid"; then
+if ! wait_ready "$pid" "$UP_TIMEOUT"; then
     show_condor_logs
     die "the pool did not come up within ${UP_TIMEOUT} s (condor_master pid $pid left running for inspection; ci/htcondor/down.sh stops it)"
 fi
