@@ -191,9 +191,10 @@ def terminating() -> bool:
     return _exiting in (TERMINATED, HUNG_UP)
 
 
-def closed_error(label: str, fix: str) -> ClusterClosed:
-    """The one error every call on a closed cluster raises: it is closed, and what to do."""
-    return ClusterClosed(f"{label} is closed: {fix}")
+def closed_error(label: str, fix: str, kind: type[ClusterClosed] = ClusterClosed) -> ClusterClosed:
+    """The one error every call on a closed cluster raises: it is closed, and what to do
+    (``kind``: a subclass, such as the gateway cluster's)."""
+    return kind(f"{label} is closed: {fix}")
 
 
 def end_all(why: str) -> None:

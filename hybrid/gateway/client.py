@@ -38,11 +38,14 @@ from hybrid.errors import (
     HybridError,
     cleanup_after,
 )
-from hybrid.gateway.gateway import HTCClusterReport, HTCGateway
+from hybrid.gateway.gateway import (
+    GatewayClusterClosed,
+    HTCClusterReport,
+    HTCGateway,
+    _heartbeat,
+)
 from hybrid.gateway.options import (
     CLIENT_KEYWORDS,
-    HEARTBEAT_KEY,
-    HEARTBEAT_SECONDS,
     LIMITS_KEY,
     METADATA_FORMAT,
     METADATA_KEY,
@@ -162,7 +165,8 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
                 self._label(),
                 "it was shut down; start another with gateway.new_cluster()"
                 if self._shut_down else
-                f"the cluster may run on; gateway.connect({self.name!r}) connects to it again")
+                f"the cluster may run on; gateway.connect({self.name!r}) connects to it again",
+                GatewayClusterClosed)
 
     @property
     def worker_scheduler_address(self) -> str:
@@ -365,6 +369,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
         manager = self._manager()
         target = manager.pool(pool)
+        await self.gateway._check_running(self.name)
         if target.adaptive is not None:
             target.adaptive.stop()
         try:
@@ -407,6 +412,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         adaptive = PoolAdaptive(manager, target, minimum=minimum or 0, maximum=maximum,
                                 **kwargs)
         manager.check_limits(target, maximum)
+        await self.gateway._check_running(self.name)
         if target.adaptive is not None:
             target.adaptive.stop()
         target.adaptive = adaptive
@@ -571,23 +577,6 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
 
 
 HTCGateway.cluster_class = HTCGatewayCluster
-
-
-async def _heartbeat(scheduler: Any, name: str) -> None:
-    """Beat while a cluster object is open: a gateway whose ``client_timeout`` culls clusters
-    without a client keeps it, and reclaims it once its process is gone (SIGKILL)."""
-    import uuid
-
-    me, beat = uuid.uuid4().hex, 0
-    while True:
-        beat += 1
-        try:
-            await scheduler.set_metadata(keys=[HEARTBEAT_KEY, me], value=beat)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # the next beat tries again
-            logger.debug("gateway cluster %s: heartbeat failed: %s", name, error)
-        await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
 __all__ = [

@@ -9,15 +9,32 @@ import it: the cluster imports its gateway, not the other way round).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any, ClassVar
 
-from dask_gateway import Gateway
+from dask_gateway import Gateway, GatewayClusterError
 from dask_gateway.client import ClusterReport
 
 from hybrid import lifecycle
-from hybrid.errors import ConfigurationError, GatewayUnreachable
-from hybrid.gateway.options import batch_worker_address, worker_address
+from hybrid.errors import ClusterClosed, ConfigurationError, GatewayUnreachable, HybridError
+from hybrid.gateway.options import (
+    HEARTBEAT_KEY,
+    HEARTBEAT_SECONDS,
+    batch_worker_address,
+    worker_address,
+)
+
+logger = logging.getLogger("hybrid")
+
+
+class GatewayClusterClosed(ClusterClosed, GatewayClusterError):
+    """A call on a closed gateway cluster object: hybrid's :class:`~hybrid.errors.ClusterClosed`
+    and dask-gateway's ``GatewayClusterError``, for code that catches the stock one."""
+
+
+class GatewayClusterStopped(HybridError, GatewayClusterError):
+    """The gateway no longer runs the cluster (stopped, failed, culled): nothing was done."""
 
 
 class HTCClusterReport(ClusterReport):
@@ -52,6 +69,20 @@ class HTCGateway(Gateway):
     #: its ``HTCGatewayCluster`` here).
     cluster_class: ClassVar[Any] = None
 
+    async def _check_running(self, cluster_name: str) -> None:
+        """Submit nothing for a cluster the gateway no longer runs (an admin's
+        ``stop_cluster``, its idle timeout): dask-gateway's error, as its stock scale's."""
+        try:
+            report = await self._cluster_report(cluster_name)
+        except ValueError:  # the gateway no longer knows it
+            state = "unknown to the gateway"
+        else:
+            if report.status.name == "RUNNING":
+                return
+            state = f"the gateway reports it {report.status.name.lower()}"
+        raise GatewayClusterStopped(
+            f"cluster {cluster_name} is not running ({state}): nothing was submitted; close "
+            "this cluster object and start another with gateway.new_cluster()")
     def __init__(self, address: str | None = None, proxy_address: str | int | None = None,
                  public_address: str | None = None, auth: Any = None,
                  asynchronous: bool = False, loop: Any = None, *,
@@ -223,3 +254,20 @@ def _reason(error: BaseException) -> str:
     """The operating system's words for a failed connection, without aiohttp's wrapping."""
     cause = getattr(error, "os_error", None) or error
     return getattr(cause, "strerror", None) or str(cause) or type(error).__name__
+
+
+async def _heartbeat(scheduler: Any, name: str) -> None:
+    """Beat while a cluster object is open: a gateway whose ``client_timeout`` culls clusters
+    without a client keeps it, and reclaims it once its process is gone (SIGKILL)."""
+    import uuid
+
+    me, beat = uuid.uuid4().hex, 0
+    while True:
+        beat += 1
+        try:
+            await scheduler.set_metadata(keys=[HEARTBEAT_KEY, me], value=beat)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the next beat tries again
+            logger.debug("gateway cluster %s: heartbeat failed: %s", name, error)
+        await asyncio.sleep(HEARTBEAT_SECONDS)

@@ -474,3 +474,36 @@ def test_an_order_of_preference_on_a_gateway_cluster(htc_gateway, staging) -> No
             assert pools["local"].submit_calls == 1 and pools["fast"].submit_calls == 1
     finally:
         cluster.shutdown()
+
+
+def test_a_cluster_the_gateway_stopped_submits_nothing_and_says_so(
+        dev_gateway, htc_gateway, staging) -> None:
+    """The gateway stops a batch-pool cluster (an admin's ``stop_cluster``, its idle
+    timeout): ``scale`` and ``adapt`` then raise dask-gateway's own ``GatewayClusterError``, as the stock
+    cluster's does, and no job goes out for a scheduler that is gone. A call on a closed
+    cluster object is a ``GatewayClusterError`` too, for code that catches the stock one."""
+    from dask_gateway import GatewayClusterError
+
+    from hybrid.errors import ClusterClosed
+    from tests.gateway.helpers import wait_for
+
+    cluster = htc_gateway.new_cluster(pool="local")
+    try:
+        admin = dev_gateway.gateway()
+        try:
+            admin.stop_cluster(cluster.name)
+            wait_for(lambda: cluster.name not in {r.name for r in admin.list_clusters()}, 60,
+                     message="the gateway to stop the cluster")
+        finally:
+            admin.close()
+        with pytest.raises(GatewayClusterError, match=f"{cluster.name}.*not running"):
+            cluster.scale(2)
+        with pytest.raises(GatewayClusterError, match="nothing was submitted"):
+            cluster.adapt(minimum=1, maximum=2)
+        assert cluster.jobs() == [] and cluster.pools["local"].submit_calls == 0
+        assert cluster.pools["local"].adaptive is None
+    finally:
+        cluster.close()
+    with pytest.raises(ClusterClosed) as caught:
+        cluster.scale(1)
+    assert isinstance(caught.value, GatewayClusterError)
