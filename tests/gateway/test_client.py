@@ -479,9 +479,10 @@ def test_an_order_of_preference_on_a_gateway_cluster(htc_gateway, staging) -> No
 def test_a_cluster_the_gateway_stopped_submits_nothing_and_says_so(
         dev_gateway, htc_gateway, staging) -> None:
     """The gateway stops a batch-pool cluster (an admin's ``stop_cluster``, its idle
-    timeout): ``scale`` and ``adapt`` then raise dask-gateway's own ``GatewayClusterError``, as the stock
-    cluster's does, and no job goes out for a scheduler that is gone. A call on a closed
-    cluster object is a ``GatewayClusterError`` too, for code that catches the stock one."""
+    timeout): ``scale`` and ``adapt`` then raise dask-gateway's own ``GatewayClusterError``
+    (as the stock cluster's ``scale`` does) and no job goes out for a scheduler that is
+    gone; ``close`` removes the job it had. A call on a closed cluster object is a
+    ``GatewayClusterError`` too, for code that catches the stock one."""
     from dask_gateway import GatewayClusterError
 
     from hybrid.errors import ClusterClosed
@@ -489,6 +490,8 @@ def test_a_cluster_the_gateway_stopped_submits_nothing_and_says_so(
 
     cluster = htc_gateway.new_cluster(pool="local")
     try:
+        cluster.scale(1, wait=True, timeout=120)
+        assert len(cluster.jobs()) == 1
         admin = dev_gateway.gateway()
         try:
             admin.stop_cluster(cluster.name)
@@ -500,10 +503,12 @@ def test_a_cluster_the_gateway_stopped_submits_nothing_and_says_so(
             cluster.scale(2)
         with pytest.raises(GatewayClusterError, match="nothing was submitted"):
             cluster.adapt(minimum=1, maximum=2)
-        assert cluster.jobs() == [] and cluster.pools["local"].submit_calls == 0
+        assert cluster.pools["local"].submit_calls == 1
         assert cluster.pools["local"].adaptive is None
     finally:
         cluster.close()
+    assert [s for s in get_system("local").query(cluster=cluster.name)
+            if s.state.active] == []  # the job it had is removed
     with pytest.raises(ClusterClosed) as caught:
         cluster.scale(1)
     assert isinstance(caught.value, GatewayClusterError)
