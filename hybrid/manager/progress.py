@@ -6,7 +6,9 @@ pool its jobs by state with the reasons the batch system gives) in one of three 
 - ``"bar"``: a terminal (stderr is a TTY): a bar and one line per pool, redrawn in place
   whenever anything changes (and every second, for the elapsed time);
 - ``"lines"``: anything else (CI logs, files): a plain line each time something changes,
-  and one a minute while nothing does, never a control character;
+  and one a minute while nothing does, never a control character. A time that only ticks
+  (how long the oldest job has pended) is not a change there: it is printed with the next
+  line that something else brings;
 - ``"notebook"``: a Jupyter kernel: an HTML table updated in place.
 
 Every change is drawn as it happens: a count is never held back to limit redraws.
@@ -14,6 +16,7 @@ Every change is drawn as it happens: a count is never held back to limit redraws
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import shutil
 import sys
@@ -76,6 +79,20 @@ def pool_line(status: PoolStatus, workers: int) -> str:
     return f"{status.summary()}; {workers} {noun} connected"
 
 
+def _steady(status: PoolStatus) -> PoolStatus:
+    """``status`` without what only ticks with the time (``lines`` mode compares these).
+
+    How long the oldest job has pended is shown from a minute on
+    (:meth:`~hybrid.manager.PoolStatus.summary`) and grows at every poll (``61 s``,
+    ``62 s``, ...): here it is the same from that minute on, so that only the other things
+    (jobs, reasons, targets, workers) and the minute it first shows count as changes.
+    """
+    pending = status.oldest_pending
+    if pending is None:
+        return status
+    return dataclasses.replace(status, oldest_pending=60.0 if pending >= 60 else 0.0)
+
+
 def _seconds(value: float) -> str:
     value = int(value)
     if value < 60:
@@ -106,6 +123,8 @@ class WaitProgress:
         self.have = -1
         self.lines: list[str] = []
         self._pool_lines: dict[str, str] = {}
+        #: ``lines`` mode: each pool's line as of its last change, without ticking times
+        self._pool_keys: dict[str, str] = {}
         self._drawn_rows = 0
         self._last_draw = float("-inf")
         self._last_line = self.started
@@ -130,15 +149,18 @@ class WaitProgress:
             return
         lines = {name: pool_line(status, workers.get(name, 0))
                  for name, status in pools.items()}
-        changed = have != self.have or lines != self._pool_lines
         now = self._clock()
         if self.mode == "lines":
-            if changed:
-                self._print_changes(have, lines)
+            # a time that only ticks is no change here: a line a second would say nothing
+            keys = {name: pool_line(_steady(status), workers.get(name, 0))
+                    for name, status in pools.items()}
+            if have != self.have or keys != self._pool_keys:
+                self._print_changes(have, lines, keys)
             elif now - self._last_line >= QUIET_LINE_EVERY:
                 self._write_line(f"{self.headline()} (still waiting)")
-            self.have, self._pool_lines = have, lines
+            self.have, self._pool_lines, self._pool_keys = have, lines, keys
             return
+        changed = have != self.have or lines != self._pool_lines
         if not changed and now - self._last_draw < 1.0:
             return
         self.have, self._pool_lines = have, lines
@@ -170,13 +192,14 @@ class WaitProgress:
             self._draw_notebook(outcome)
 
     # ------------------------------------------------------------------ plain lines
-    def _print_changes(self, have: int, lines: Mapping[str, str]) -> None:
+    def _print_changes(self, have: int, lines: Mapping[str, str],
+                       keys: Mapping[str, str]) -> None:
         if have != self.have and have < self.n:  # the last count: close() says it
             self._write_line(self.headline().replace(
                 f"{max(self.have, 0)}/{self.n}", f"{have}/{self.n}", 1))
         for name, line in lines.items():
-            if self._pool_lines.get(name) != line:
-                self._write_line(f"  {line}")
+            if self._pool_keys.get(name) != keys[name]:
+                self._write_line(f"  {line}")  # as it is now, times included
 
     def _write_line(self, text: str) -> None:
         self._last_line = self._clock()

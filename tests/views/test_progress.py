@@ -105,6 +105,48 @@ def test_plain_lines_for_logs_say_each_change_once_without_control_characters() 
     ]
 
 
+def _pending_for(seconds: float, reason: str = "Resources") -> PoolStatus:
+    return PoolStatus(name="cpu", system="sge", resource="CPU", target=1,
+                      jobs={"pending": 1, "running": 0, "held": 0, "removing": 0},
+                      reasons={"pending": {reason: 1}}, oldest_pending=seconds)
+
+
+def test_plain_lines_do_not_count_a_ticking_pending_time_as_a_change() -> None:
+    """Audit (busy batch, e3): a job pending for 135 s, polled each second, printed 61
+    nearly identical lines ("the oldest pending for 60 s", "61 s", ... "120 s"): the
+    ticking time counted as a change. Now: a line when something else changes, one a
+    minute while nothing does."""
+    clock, out = Clock(), io.StringIO()
+    display = WaitProgress(1, "cpu", "lines", out, clock=clock)
+    for second in range(136):
+        clock.now = 100.0 + second
+        reason = "Resources" if second < 130 else "execution time not reached"
+        display.update(0, {"cpu": _pending_for(second, reason)}, {"cpu": 0})
+    display.close("interrupted")
+    assert out.getvalue().splitlines() == [
+        "workers (cpu): 0/1 connected, 0 s",
+        "  pool cpu (sge): 1 pending (Resources: 1); target 1; 0 workers connected",
+        # the minute it first shows is news; 61 s, 62 s, ... are not
+        "  pool cpu (sge): 1 pending (Resources: 1), the oldest pending for 60 s; target 1; "
+        "0 workers connected",
+        "workers (cpu): 0/1 connected, 2 min 00 s (still waiting)",
+        # a change of something else: printed as it is now, its time included
+        "  pool cpu (sge): 1 pending (execution time not reached: 1), the oldest pending for "
+        "2 min; target 1; 0 workers connected",
+        "workers (cpu): interrupted at 0/1 after 2 min 15 s",
+    ]
+
+
+def test_the_terminal_bar_still_shows_the_pending_time_as_it_ticks() -> None:
+    clock, out = Clock(), io.StringIO()
+    display = WaitProgress(1, "cpu", "bar", out, clock=clock)
+    display.update(0, {"cpu": _pending_for(60)}, {"cpu": 0})
+    clock.now += 0.2  # within the second: the ticking time is drawn at once all the same
+    display.update(0, {"cpu": _pending_for(61)}, {"cpu": 0})
+    assert "the oldest pending for 61 s" in display.lines[1]
+    assert "the oldest pending for 61 s" in out.getvalue()
+
+
 def test_a_failed_wait_leaves_the_terminal_clean_for_its_one_error_message() -> None:
     out = io.StringIO()
     display = WaitProgress(2, "gpu", "bar", out, clock=Clock())
