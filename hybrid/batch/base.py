@@ -139,6 +139,9 @@ class BatchSystem(abc.ABC):
     #: True when job files travel with the job (HTCondor file transfer, pod secrets); False
     #: when the execute side reads them from the staging directory on a shared filesystem.
     ships_files: ClassVar[bool] = False
+    #: True when the job script makes its worker a temporary directory of its own, removed
+    #: when the job ends (a worker killed at work leaves its scratch space behind).
+    makes_job_tmpdir: ClassVar[bool] = True
     #: The client tools this system needs on the submit node (``hybrid doctor``).
     tools: ClassVar[tuple[str, ...]] = ()
     #: ``(pattern, what hybrid sets with it)``: extra directives matching a pattern are
@@ -287,6 +290,8 @@ class BatchSystem(abc.ABC):
             "memory_watch_share": watch[1] if watch else None,
             # shared filesystem: the job appends its output to worker-<id>.log in staging
             "log_directory": None if self.ships_files_for(staging) else str(staging),
+            # a TMPDIR of the job's own, removed with it (a local job gets one from hybrid)
+            "job_tmpdir": self.makes_job_tmpdir,
         }
 
     def render(self, job: WorkerJob, staging: Path, count: int = 1) -> str:

@@ -74,6 +74,7 @@ class LocalProcesses(BatchSystem):
 
     name = "local"
     template = "local.sh.j2"
+    makes_job_tmpdir = False  # submit() gives each job its TMPDIR, removed with the job
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)

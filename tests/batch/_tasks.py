@@ -76,12 +76,32 @@ def _build():
         Event(name).wait(timeout=600)
         return x
 
+    def fill_scratch(name: str, seconds: float) -> list[str]:
+        """A task that writes a file ``name`` into its worker's local directory and into
+        the temporary directory (where a task's own temporary files go), then holds for
+        ``seconds``: the two files' paths, reported as the event ``hybrid-scratch``."""
+        import os
+        import tempfile
+        import time
+
+        from distributed import get_worker
+
+        worker = get_worker()
+        paths = [os.path.join(worker.local_directory, name),
+                 os.path.join(tempfile.gettempdir(), name)]
+        for path in paths:
+            with open(path, "w") as out:
+                out.write("scratch")
+        worker.log_event("hybrid-scratch", paths)
+        time.sleep(seconds)
+        return paths
+
     return (gpu_task(simulate), pack, gpu_task(slow_simulation), square, environment_value,
-            hog, recorded_work, held_until)
+            hog, recorded_work, held_until, fill_scratch)
 
 
 (simulate, pack, slow_simulation, square, environment_value, hog, recorded_work,
- held_until) = _build()
+ held_until, fill_scratch) = _build()
 
 
 def started_held(client) -> set[int]:

@@ -31,11 +31,16 @@ export OPENBLAS_NUM_THREADS
 export DASK_DISTRIBUTED__WORKER__DAEMON=False
 export DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=60s
 export PYTHONHASHSEED=6640
+# The worker's scratch (its dask-scratch-space, spilled data) and its tasks' temporary files
+# go to a directory of this job's own, removed when the job ends, however the worker ended
+# (under the temporary directory Python would pick: a batch system's per-job one, where the
+# system sets one, goes even after a SIGKILL, as Grid Engine's qdel sends).
+hybrid_tmp=$(mktemp -d "${TMPDIR:-${TEMP:-${TMP:-/tmp}}}/hybrid-job-$hybrid_suffix.XXXXXX") && TMPDIR=$hybrid_tmp && export TMPDIR || hybrid_tmp=
 # The worker runs as this script's child: a removal (SIGTERM to this script) kills it and its
 # processes at once, so the job leaves the queue without waiting for the worker's shutdown
 # (hybrid retires workers through the scheduler before it removes their jobs).
 hybrid_worker=
-trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; exit 143' TERM INT
+trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; [ -z "$hybrid_tmp" ] || rm -rf "$hybrid_tmp"; exit 143' TERM INT
 /opt/hybrid/venv/bin/python -m distributed.cli.dask_worker tcp://10.1.2.3:8786 --nthreads 2 --memory-limit 4294967296 --resources 'GPU=0 notGPU=2' --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --lifetime 5340s --lifetime-stagger 0s --name demo-cpu-"$hybrid_suffix" &
 hybrid_worker=$!
 # No nanny watches this worker's memory: this does what a nanny would (Dask's
@@ -86,3 +91,6 @@ hybrid_worker=$!
     done
 ) &
 wait "$hybrid_worker"
+hybrid_status=$?
+[ -z "$hybrid_tmp" ] || rm -rf "$hybrid_tmp"
+exit "$hybrid_status"

@@ -41,6 +41,11 @@ export OE_LICENSE=/secrets/oe
 # --- setup commands given by the user ---
 module load cuda
 # --- end of setup commands ---
+# The worker's scratch (its dask-scratch-space, spilled data) and its tasks' temporary files
+# go to a directory of this job's own, removed when the job ends, however the worker ended
+# (under the temporary directory Python would pick: a batch system's per-job one, where the
+# system sets one, goes even after a SIGKILL, as Grid Engine's qdel sends).
+hybrid_tmp=$(mktemp -d "${TMPDIR:-${TEMP:-${TMP:-/tmp}}}/hybrid-job-$hybrid_suffix.XXXXXX") && TMPDIR=$hybrid_tmp && export TMPDIR || hybrid_tmp=
 # CUDA MPS (gpu_mps=auto): the job's GPU tasks share each GPU under one MPS daemon,
 # started here with pipe and log directories private to this job, stopped after the worker.
 hybrid_mps=
@@ -88,7 +93,7 @@ fi
 # processes at once, so the job leaves the queue without waiting for the worker's shutdown
 # (hybrid retires workers through the scheduler before it removes their jobs).
 hybrid_worker=
-trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; hybrid_mps_stop; exit 143' TERM INT
+trap 'if [ -n "$hybrid_worker" ]; then kill -KILL $(cat /proc/"$hybrid_worker"/task/*/children 2>/dev/null) "$hybrid_worker" 2>/dev/null; fi; hybrid_mps_stop; [ -z "$hybrid_tmp" ] || rm -rf "$hybrid_tmp"; exit 143' TERM INT
 if [ -n "$hybrid_mps" ]; then
 /opt/venv/bin/python -m distributed.cli.dask_worker tls://gateway.example.org:8786 --nthreads 8 --memory-limit 17179869184 --resources 'GPU=8 notGPU=0' --tls-ca-file /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/ca.pem --tls-cert /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/cert.pem --tls-key /home/alice/.cache/hybrid/jobs/demo-gpu-0123abcd/key.pem --scheduler-sni daskgateway-demo --no-nanny --no-dashboard --worker-port 10000:10070 --death-timeout 60 --lifetime 21480s --lifetime-stagger 0s --name demo-gpu-"$hybrid_suffix" &
 else
@@ -145,4 +150,5 @@ hybrid_worker=$!
 wait "$hybrid_worker"
 hybrid_status=$?
 hybrid_mps_stop
+[ -z "$hybrid_tmp" ] || rm -rf "$hybrid_tmp"
 exit "$hybrid_status"
