@@ -434,8 +434,10 @@ def test_a_closed_cluster_refuses_every_call_with_one_clear_error(script, kind, 
     assert run.finish() == 0, run.text()
     assert run.noise() == [] and run.hybrid_lines() == [], run.text()
     found = json.loads(next(line for line in run.lines if line.startswith("{")))
+    # (a gateway cluster's is also dask-gateway's GatewayClusterError: GatewayClusterClosed)
+    expected = "GatewayClusterClosed" if kind.startswith("gateway") else "ClusterClosed"
     for call, outcome in found.items():
-        assert outcome["raised"] == "ClusterClosed", (call, outcome)
+        assert outcome["raised"] == expected, (call, outcome)
         assert f"{run.cluster} is closed" in outcome["message"], (call, outcome)
         assert outcome["seconds"] < 2, (call, outcome)  # refused at once, no timeout
     if phase == "after-close-keep":  # still there for another process, no worker of its own
