@@ -159,8 +159,9 @@ class Slurm(CommandLineSystem):
                 self._json = False  # no --json (before 21.08), or no JSON plugin: the text
                 return super().query(cluster, job_ids, history)
             # squeue --json exits 0 with "Failed while looking for jobs"; the text says why
-            why = run_command(["squeue", "--noheader", "--format=%i"], check=False).stderr
-            raise BatchError(f"{error} ({why.strip()})" if why.strip() else str(error)) from None
+            why = run_command(["squeue", "--noheader", "--format=%i"], check=False).stderr.strip()
+            raise BatchError(f"{error} ({why})" if why and why not in str(error)
+                             else str(error)) from None
 
     def query_argv(self, job_ids: list[str] | None, history: bool) -> list[str]:
         """``squeue`` of these tasks, or of this user's jobs."""

@@ -26,6 +26,9 @@ logger = logging.getLogger("hybrid.manager")
 SAY_CLOSING_WITHIN = 2.0
 #: Seconds after which a job still listed as queued or running is asked to leave again.
 REMOVE_AGAIN_AFTER = 5.0
+#: Listings that may fail in a row while a pool closes (a busy controller's timeouts) before
+#: the close says it cannot confirm the removal (its removal went out all the same).
+QUERY_TRIES = 3
 
 
 class Closing:
@@ -124,6 +127,11 @@ class Closing:
         command = f"hybrid cancel --system {pool.system.name} --cluster {self.cluster}"
         try:
             listed = ours(await self.call(pool.system.query, cluster=self.cluster))
+        except (BatchError, OSError) as error:  # the jobs it tracks are removed all the same
+            listed, failed = [], error
+        else:
+            failed = None
+        try:
             ids = sorted({*(s.job_id for s in listed if s.state is not JobState.removing),
                           *pool.active()})
             await asyncio.shield(said)
@@ -132,9 +140,17 @@ class Closing:
             asked = set(ids)
             now = time.monotonic()
             deadline, again = now + timeout, now + REMOVE_AGAIN_AFTER
-            pause = 0.05
+            pause, failures = 0.05, 0 if failed is None else 1
             while True:
-                left = ours(await self.call(pool.system.query, cluster=self.cluster))
+                if failures >= QUERY_TRIES:  # the listing keeps failing: say what is left
+                    raise failed  # type: ignore[misc]
+                try:
+                    left = ours(await self.call(pool.system.query, cluster=self.cluster))
+                except (BatchError, OSError) as error:  # a busy system: asked again
+                    failed, failures = error, failures + 1
+                    await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                    continue
+                failures = 0
                 if not left:
                     pool.jobs.clear()
                     return len(asked)
@@ -158,8 +174,9 @@ class Closing:
                 pause = min(0.5, pause * 1.5)
         except (BatchError, OSError) as error:
             tracked = pool.active()
-            where = (f"jobs {short_ids(tracked)} may still run; `{command}` removes them"
-                     if tracked else f"`{command}` removes any job left")
+            where = (f"jobs {short_ids(tracked)} were asked to leave but may still run; "
+                     f"`{command}` removes them" if tracked
+                     else f"`{command}` removes any job left")
             problems.append(f"pool {pool.name}: {error} ({where})")
             return -1
 
