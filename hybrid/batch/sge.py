@@ -11,11 +11,13 @@ read back with ``qstat -xml -j`` (``hybrid gc`` uses the address).
 States come from ``qstat -xml -g d`` (one entry per task) and the details of our jobs from
 ``qstat -xml -j``: ``qw`` pending (the reason: the scheduler's messages, where the site keeps
 them, ``schedd_job_info``), ``h..`` held, ``E..`` held with the task's error (``Eqw``: "can't
-chdir to ..."; ``qmod -cj`` clears it), ``s``/``S``/``T`` held (suspended), ``r``/``t``/``R``
-running, ``d..`` being removed. Tasks that left the queue are looked up with ``qacct`` (the
+chdir to ..."; ``qmod -cj`` clears it), ``s``/``S``/``T`` held (suspended), ``r``/``t``
+running (``Rr`` too: qstat(1)'s ``R`` is "restarted"), ``Rq`` pending (rescheduled, to run
+again), ``d..`` being removed. Tasks that left the queue are looked up with ``qacct`` (the
 accounting file, where this node can read it): ``failed`` and ``exit_status`` say how they
 ended. These do not say who ended a task: :class:`~hybrid.manager.PoolManager` remembers the
-jobs it removed.
+jobs it removed. Grid Engine 8.1.9 prints ``<job ids>`` (not XML) in the messages of an
+``Rq`` task: element names are repaired, and a document still not XML is read job by job.
 
 Grid Engine reads ``#$`` at the start of ANY line of a job script as a directive, even after
 the first command and inside a quoted string: no value that reaches the script may put one
@@ -25,6 +27,8 @@ there (:meth:`SGE.check_spec`; :meth:`SGE.render` checks the whole script again)
 from __future__ import annotations
 
 import getpass
+import html
+import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
@@ -61,6 +65,10 @@ _DIRECTIVE_LINE = re.compile(r"(?m)^#\$")
 _SUSPENDED = {"s": "suspended (qmod -sj)", "S": "suspended with its queue (qmod -sq)",
               "T": "suspended by the queue's suspend threshold"}
 _MESSAGE_PREFIX = re.compile(r"^\d\d/\d\d/\d{4} \d\d:\d\d:\d\d \[[^\]]*\]: ")
+#: A tag whose name has spaces (``<job ids>``): words only, no attribute, no quote.
+_SPACED_TAG = re.compile(r"<(/?)([A-Za-z_][\w.-]*(?:[ \t]+[A-Za-z_][\w.-]*)+)[ \t]*(/?)>")
+_warned: set[str] = set()  # the tools whose documents were salvaged (said once)
+logger = logging.getLogger("hybrid")
 
 
 def _user() -> str:
@@ -108,13 +116,41 @@ def _text(element: ET.Element | None, path: str) -> str:
 
 
 def _xml(out: str, what: str) -> ET.Element | None:
+    """``out`` (``None``: empty) parsed, tag names with spaces joined by ``_`` if need be."""
     if not out.strip():
         return None
     try:
-        return ET.fromstring(out)
-    except ET.ParseError as error:
-        raise BatchError(f"{what} printed something that is not XML ({error}): "
-                         f"{out[:200]!r}") from None
+        return ET.fromstring(_SPACED_TAG.sub(lambda m: f"<{m[1]}{'_'.join(m[2].split())}{m[3]}>",
+                                             out))
+    except ET.ParseError as error:  # (what the repair left; it keeps the lines)
+        return _salvaged(out, BatchError(f"{what} printed something that is not XML ({error}): "
+                                         f"{out[:200]!r}"))
+
+
+def _salvaged(out: str, error: BatchError) -> ET.Element:
+    """A document not XML even repaired, read job by job (from one ``JB_job_number`` to the
+    next) by the tags of what hybrid needs; ``error`` if a job lacks its number, name, state."""
+    listing = re.search(r"<job_list[\s>]", out) is not None
+    needed = ("JB_job_number", "JB_name", "state") if listing else ("JB_job_number",)
+    jobs = ET.SubElement(root := ET.Element("salvaged"), "djob_info")
+    for part in re.split(r"(?=<JB_job_number>)", out)[1:]:
+        entry = ET.SubElement(jobs, "job_list" if listing else "element")
+        for name in ("JB_job_number", "JB_name", "JB_job_name", "state", "tasks"):
+            if found := re.search(rf"<{name}>([^<]*)</{name}>", part):
+                ET.SubElement(entry, name).text = html.unescape(found[1])
+        if tag := re.search(rf"<VA_variable>{CONTEXT}</VA_variable>\s*<VA_value>([^<]*)<", part):
+            context = ET.SubElement(ET.SubElement(entry, "JB_context"), "context_list")
+            ET.SubElement(context, "VA_variable").text = CONTEXT
+            ET.SubElement(context, "VA_value").text = html.unescape(tag[1])
+        if not all(_text(entry, name) for name in needed):
+            raise error
+    if not len(jobs):
+        raise error
+    if str(error)[:20] not in _warned:  # ("qstat -xml printed", "qstat -xml -j printed")
+        _warned.add(str(error)[:20])
+        logger.warning("%s; read job by job by its tags (the reasons of waiting and held jobs "
+                       "may be missing)", error)
+    return root
 
 
 def task_numbers(tasks: str) -> list[str]:
@@ -145,10 +181,13 @@ def sge_state(state: str, error: str | None = None,
     for letter, why in _SUSPENDED.items():
         if letter in state:
             return JobState.held, why
-    if any(letter in state for letter in "rtR"):
+    if any(letter in state for letter in "rt"):  # (R: restarted, e.g. Rr)
         return JobState.running, None
     if "z" in state:
         return JobState.finished, None
+    if "R" in state:  # Rq: rescheduled, to run again
+        return JobState.pending, f"rescheduled ({state}), waiting to run again" + (
+            f": {scheduler}" if scheduler else "")
     return JobState.pending, scheduler
 
 
@@ -173,7 +212,7 @@ def _details(root: ET.Element | None) -> dict[str, _Detail]:
         text = _text(message, "MES_message")
         if not text:
             continue
-        for number in message.iterfind("MES_job_number_list/ulong_sublist/ULNG_value"):
+        for number in message.iterfind("MES_job_number_list/*/ULNG_value"):  # (or job_ids)
             if number.text and number.text.strip() in details:
                 details[number.text.strip()].messages.append(text)
     # why nothing more starts anywhere (a full cell: "queue instance ... dropped because it

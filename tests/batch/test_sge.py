@@ -8,6 +8,7 @@ parser) says which jobs are in the queue, ``qsub -verify`` parses a job script e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -267,6 +268,46 @@ def test_evaluator_style_sge_backend(sge_cell, staging) -> None:
     assert sge_jobs(name) == []
 
 
+@pytest.mark.sge
+def test_a_rescheduled_task_is_pending_again_and_close_removes_it(sge_cell, staging) -> None:
+    """``qmod -rj`` of a running rerunnable worker task (as an admin, or a host failure):
+    while it waits to run again (Rq) Grid Engine prints ``<job ids>`` in ``qstat -xml -j``,
+    which made every query of the pool fail and left the job behind at close() (an audit).
+    Now the pool keeps querying, reports the task pending with Grid Engine's reason, and
+    close() removes it."""
+    settings = {"hybrid.batch.poll-interval": "0.5s"}
+    with dask.config.set(settings):
+        cluster = HybridCluster()
+    name = cluster.name
+    try:
+        pool = cluster.add_pool("cpu", "sge", memory="256 MiB", walltime="00:10", nanny=False,
+                                job_extra_directives=["-r y"])
+        cluster.scale(1)
+        cluster.wait_for_workers(1, timeout=90, progress=False)
+        job_id, = sge_jobs(name)
+        subprocess.run(["qmod", "-rj", job_id], check=True, capture_output=True, timeout=60)
+
+        def malformed() -> bool:
+            return "<job ids>" in subprocess.run(
+                ["qstat", "-xml", "-j", job_id.split(".")[0]], capture_output=True, text=True,
+                timeout=60).stdout
+
+        wait_for(malformed, 30, "qstat -xml -j to print <job ids> (the task rescheduled, Rq)")
+        status, = pool.system.query(job_ids=[job_id])
+        assert status.state is JobState.pending, status
+        assert "rescheduled (Rq)" in status.reason and "clean up of a previous run" in \
+            status.reason
+        wait_for(lambda: cluster.pool_status()["cpu"].jobs.get("pending"), 30,
+                 "the pool to list the task pending")
+        assert pool.query_error is None
+        cluster.close()
+        wait_for(lambda: sge_jobs(name) == [], 60, "close() to remove the rescheduled task")
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.close()
+        qdel(*sge_jobs(name))
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "hybrid.cli", *args], capture_output=True,
                           text=True, timeout=120)
@@ -479,6 +520,115 @@ def test_task_ranges_and_states_read_as_grid_engine_writes_them() -> None:
     assert SGE().parse_submit("1234.1-3:1\n", 3) == ["1234.1", "1234.2", "1234.3"]
     with pytest.raises(BatchError, match="not a job array id"):
         SGE().parse_submit("Your job 12 has been submitted", 1)
+
+
+#: ``qstat -xml -g d -u root`` of Grid Engine 8.1.9 (the CI cell) while task 19.1 of a
+#: rerunnable job waits rescheduled (``qmod -rj 19.1``: state Rq) and 19.2 runs.
+RESCHEDULED_LISTING = """<?xml version='1.0'?>
+<job_info  xmlns:xsd="http://arc.liv.ac.uk/repos/darcs/sge/source/dist/util/resources/schemas/qstat/qstat.xsd">
+  <queue_info>
+    <job_list state="running">
+      <JB_job_number>19</JB_job_number>
+      <JAT_prio>0.50000</JAT_prio>
+      <JB_name>HybridCluster-rqfixture-cpu</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>r</state>
+      <JAT_start_time>2026-11-29T20:32:32</JAT_start_time>
+      <queue_name>hybrid.q@vm</queue_name>
+      <slots>1</slots>
+      <tasks>2</tasks>
+    </job_list>
+  </queue_info>
+  <job_info>
+    <job_list state="pending">
+      <JB_job_number>19</JB_job_number>
+      <JAT_prio>0.50000</JAT_prio>
+      <JB_name>HybridCluster-rqfixture-cpu</JB_name>
+      <JB_owner>root</JB_owner>
+      <state>Rq</state>
+      <JB_submission_time>2026-11-29T20:32:34</JB_submission_time>
+      <queue_name></queue_name>
+      <slots>1</slots>
+      <tasks>1</tasks>
+    </job_list>
+  </job_info>
+</job_info>
+"""
+#: ``qstat -xml -j 19`` at the same moment (trimmed to what hybrid reads): the message of
+#: the rescheduled task names its job in ``<job ids>``, which is not XML.
+RESCHEDULED_DETAILS = (Path(__file__).parent / "sge_rescheduled_task.xml").read_text()
+
+
+def _answers(monkeypatch, listing: str, details: str) -> list[list[str]]:
+    """``qstat`` answers ``listing`` and ``qstat -j`` ``details``; ``qdel`` is recorded."""
+    calls: list[list[str]] = []
+
+    def run(argv, **_: Any) -> subprocess.CompletedProcess:
+        calls.append(list(argv))
+        out = {"-j": details, "-g": listing}.get(argv[2], "") if argv[0] == "qstat" else ""
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    monkeypatch.setattr("hybrid.batch.sge.run_command", run)
+    return calls
+
+
+def test_a_rescheduled_task_is_read_from_grid_engines_malformed_document(monkeypatch) -> None:
+    """The real documents of a rescheduled task (Rq): the ``<job ids>`` element made every
+    query of the pool fail, so its status went stale and nothing could remove the job (an
+    audit). Now the task is pending again, with Grid Engine's reason, and removable."""
+    with pytest.raises(ET.ParseError):
+        ET.fromstring(RESCHEDULED_DETAILS)  # (the document is as Grid Engine prints it)
+    assert "<job ids>" in RESCHEDULED_DETAILS
+    calls = _answers(monkeypatch, RESCHEDULED_LISTING, RESCHEDULED_DETAILS)
+    statuses = {s.job_id: s for s in SGE().query(cluster="rqfixture")}
+    assert sorted(statuses) == ["19.1", "19.2"]
+    waiting, running = statuses["19.1"], statuses["19.2"]
+    assert waiting.state is JobState.pending
+    assert waiting.reason == ('rescheduled (Rq), waiting to run again: cannot run on host "vm" '
+                              "until clean up of a previous run has finished")
+    assert running.state is JobState.running and running.reason is None
+    assert {(s.cluster, s.pool, s.scheduler) for s in statuses.values()} == {
+        ("rqfixture", "cpu", "tcp://127.0.0.1:8786")}
+    assert sorted(SGE().remove_cluster("rqfixture")) == ["19.1", "19.2"]
+    assert calls[-1] == ["qdel", "19.1-2"]
+
+
+def test_a_document_that_stays_broken_is_read_job_by_job(monkeypatch, caplog) -> None:
+    """Past the known repair (here a raw ``<`` and ``&`` in a message, as a careless writer
+    would print them): each job's number, name, state and tag are still read, so the pool
+    keeps its jobs (and can remove them) without the reasons; what has none raises."""
+    broken = RESCHEDULED_DETAILS.replace("previous run", "previous <run> & co")
+    listing = RESCHEDULED_LISTING.replace("<JAT_prio>", "<JAT_prio a&b>")
+    _answers(monkeypatch, listing, broken)
+    monkeypatch.setattr("hybrid.batch.sge._warned", set())  # (said once per process)
+    with caplog.at_level("WARNING", logger="hybrid"):
+        statuses = {s.job_id: s for s in SGE().query(cluster="rqfixture")}
+        SGE().query(cluster="rqfixture")
+    assert {j: (s.state, s.reason) for j, s in statuses.items()} == {
+        "19.1": (JobState.pending, "rescheduled (Rq), waiting to run again"),
+        "19.2": (JobState.running, None)}
+    assert {s.scheduler for s in statuses.values()} == {"tcp://127.0.0.1:8786"}
+    said = [r.getMessage() for r in caplog.records if "job by job" in r.getMessage()]
+    assert len(said) == 2 and all("not XML" in m for m in said)  # once for each document
+    _answers(monkeypatch, RESCHEDULED_LISTING, "<detailed_job_info><djob_info>&")
+    with pytest.raises(BatchError, match="qstat -xml -j printed something that is not XML"):
+        SGE().query(cluster="rqfixture")
+    _answers(monkeypatch, "<job_info><job_list>&", RESCHEDULED_DETAILS)
+    with pytest.raises(BatchError, match="qstat -xml printed something that is not XML"):
+        SGE().query(cluster="rqfixture")
+
+
+def test_restarted_tasks_follow_qstats_state_letters() -> None:
+    """qstat(1): R is "restarted", not running. Rr and Rt run again; Rq waits again."""
+    assert sge_state("Rr") == (JobState.running, None)
+    assert sge_state("Rt") == (JobState.running, None)
+    assert sge_state("Rq", None, ["cannot run on host"]) == (
+        JobState.pending, "rescheduled (Rq), waiting to run again: cannot run on host")
+    assert sge_state("Rq")[0] is JobState.pending
+    assert sge_state("hRwq")[0] is JobState.held
+    assert sge_state("EhRqw")[0] is JobState.held
+    assert sge_state("dRr")[0] is JobState.removing
+    assert sge_state("Rs")[0] is JobState.held
 
 
 def test_render_refuses_a_directive_line_below_the_header(tmp_path) -> None:
