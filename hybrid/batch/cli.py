@@ -340,6 +340,7 @@ async def _wait_for_jobs(job: WorkerJob, system: Any, staging: Staging, ids: lis
     try:
         pool = manager.add(job.spec, system)
         pool.staging, pool.target, pool.submit_calls = staging, len(ids), 1
+        pool.replaces_jobs = False  # (no reconciler: a lost job is not replaced)
         pool.track(JobStatus(j, JobState.pending, None, job.cluster, job.pool,
                              connection.scheduler_address) for j in ids)
         await manager.wait_for_workers(len(ids) * job.spec.processes, pool=job.pool,

@@ -37,7 +37,7 @@ from hybrid.batch.jobs import ACTIVE_STATES
 from hybrid.errors import BatchError, ConfigurationError, HybridError, PoolFailed, ToolMissing
 from hybrid.manager.closing import Closing
 from hybrid.manager.lifetime import Lifetimes
-from hybrid.manager.pool import ManagedPool, PoolStatus, by_job_id, short_ids
+from hybrid.manager.pool import GONE, ManagedPool, PoolStatus, by_job_id, short_ids
 from hybrid.manager.preference import Preferences, capacity, shares
 from hybrid.manager.remote import NO_ARGS, pickled_probe
 from hybrid.manager.waiting import WaitingForWorkers
@@ -50,8 +50,6 @@ logger = logging.getLogger("hybrid")
 
 #: Seconds the scheduler has to answer before a pool's lost jobs are replaced.
 SCHEDULER_ANSWERS_WITHIN = 5.0
-#: The reason of a job that left the queue without a record of how it ended.
-GONE = "no longer in the queue"
 
 class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     """The pools of one cluster and everything between its scheduler and batch systems.
@@ -244,6 +242,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         tracked = list(pool.jobs)
         if not tracked:
             pool.refreshed_at = self.clock()
+            if pool._vanished:
+                await self._vanished_while_waiting(pool, pool.refreshed_at)
             return
         asked = self.clock()
         statuses = by_job_id(await self.call(pool.system.query, job_ids=tracked))
@@ -296,8 +296,14 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 # python, and resubmitting would loop).
                 logger.info("pool %s: job %s ended, its worker closed", pool.name, job_id)
                 continue
-            if status.state in (JobState.failed, JobState.removed, JobState.finished):
+            if old.state is JobState.pending and status.state is JobState.removed:
+                self._removed_waiting(pool, status)  # (it never ran: no failure)
+            elif old.state is JobState.pending and status.reason == GONE:
+                pool._vanished[job_id] = (now, status)  # decided once its record had time
+            elif status.state in (JobState.failed, JobState.removed, JobState.finished):
                 self._failure(pool, pool.describe_end(status))
+        if pool._vanished:
+            await self._vanished_while_waiting(pool, now)
         self._report_pending(pool, now)
         self._log_change(pool)
 
@@ -491,14 +497,15 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             await self._give_up(pool)
             return
         await self.check_lifetimes(pool)
-        if pool.adaptive is None and pool.target > len(pool.counted()):
+        # (a job that left while it waited, not decided yet, is not replaced before it is)
+        if pool.adaptive is None and pool.target > len(pool.counted()) + len(pool._vanished):
             async with pool.scaling:
                 await self._refill(pool)
         await self._remove_held(pool)
 
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
-        missing = pool.target - len(pool.counted())
+        missing = pool.target - len(pool.counted()) - len(pool._vanished)
         if pool.adaptive is not None or missing <= 0:
             return
         try:  # replacements only for a scheduler that answers (none would join a dead one)

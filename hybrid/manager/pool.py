@@ -28,6 +28,8 @@ from hybrid.routing import GPU, NOT_GPU
 __all__ = ["EXIT_HINTS", "KEPT_LOGS", "ManagedPool", "PoolStatus", "keep_log", "short_ids",
            "tail_of"]
 
+#: The reason of a job that left the queue without a record of how it ended.
+GONE = "no longer in the queue"
 #: The order :meth:`ManagedPool.least_needed` removes jobs in (other states: 2).
 _REMOVAL_RANK = {JobState.held: 0, JobState.pending: 1}
 #: A job the pool does not track: ranked as pending in the order of removal, and not
@@ -313,6 +315,13 @@ class ManagedPool:
         #: When each job's worker first connected (manager clock).
         self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
+        #: Jobs that left the queue while they waited, with no record yet of how: job id ->
+        #: (when, the status then); and how many waiting jobs were removed from outside.
+        self._vanished: dict[str, tuple[float, JobStatus]] = {}
+        self.removed_waiting = 0
+        #: False for jobs nothing replaces (``hybrid submit --wait``): a wait for their
+        #: workers ends once too few are left to start them.
+        self.replaces_jobs = True
         self.lock = asyncio.Lock()
         #: Held from counting the missing jobs until they are submitted (scale, refill): a
         #: submission in flight is not tracked yet, so no other may count without it.

@@ -136,7 +136,8 @@ class WaitingForWorkers:
                 f"{self.cluster}` removes them.")
         queued = sum(len(p.active()) * p.spec.processes for p in pools)
         if have + queued < n and any(p.ended for p in pools) and all(
-                p.adaptive is None and p.target <= len(p.active()) for p in pools):
+                p.adaptive is None and (p.target <= len(p.active()) or not p.replaces_jobs)
+                for p in pools):
             last = [s for p in pools for s in p.ended if s.state is JobState.failed][-3:]
             raise WorkersDidNotArrive(
                 f"only {queued} job(s) are still queued or running for {n} workers ({have} "

@@ -25,9 +25,16 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import JobState, JobStatus
 from hybrid.errors import BatchError
-from hybrid.manager.pool import ManagedPool, by_job_id, short_ids
+from hybrid.manager.pool import GONE, ManagedPool, by_job_id, short_ids
 
 logger = logging.getLogger("hybrid")
+
+#: Seconds a job that left the queue while it waited, with no record of how, is given for
+#: its record to appear (Grid Engine's accounting lags up to 15 s behind ``qstat``) before
+#: it is taken as removed from outside rather than as a job that started and failed between
+#: two looks; it is replaced only then (a job that fails at once is not resubmitted faster
+#: than its failures are counted).
+VANISHED_GRACE = 20.0
 
 #: What each system calls an eviction, for the log.
 _EVICTION_WORDS = {"htcondor": "vacated (evicted)", "slurm": "requeued or preempted",
@@ -192,6 +199,45 @@ class JobWatch:
             "pool %s: job %s was %s by %s%s; %s. The tasks its worker was running are rerun "
             "elsewhere. Not a failure (%d eviction(s) in this pool so far).", pool.name,
             status.job_id, how, pool.system.name, why, then, pool.evictions)
+
+    def _removed_waiting(self, pool: ManagedPool, status: JobStatus) -> None:
+        """A job removed from outside while it waited (``scancel``, ``qdel``, ``condor_rm``,
+        a site's policy): it never ran, so it is no failure; the pool replaces it, as it
+        does a running job removed from outside."""
+        pool.removed_waiting += 1
+        why = f" ({status.reason})" if status.reason and status.reason != GONE else (
+            ", with no record of how (scancel, qdel, condor_rm or a site policy?)")
+        then = ("the pool submits a replacement" if pool.adaptive is None else
+                "adaptivity replaces it while the demand lasts")
+        logger.warning(
+            "pool %s: job %s was removed while it waited in the queue, not by hybrid%s; it "
+            "never ran, so it is no failure, and %s. To run fewer jobs, scale the pool down "
+            "(cluster.scale(n, pool=%r)).", pool.name, status.job_id, why, then, pool.name)
+
+    async def _vanished_while_waiting(self, pool: ManagedPool, now: float) -> None:
+        """Decide on the jobs that left the queue while they waited, with no record then:
+        once :data:`VANISHED_GRACE` has passed, a record of a failure is a failure, none is
+        a removal from outside; a job listed again is tracked again (a listing that missed
+        it: the pool's surplus, if any, goes as any surplus does)."""
+        due = [j for j, (seen, _) in pool._vanished.items() if now - seen >= VANISHED_GRACE]
+        if not due:
+            return
+        try:
+            found = by_job_id(await self.call(pool.system.query, job_ids=due, history=True))
+        except (BatchError, OSError) as error:  # asked again at the next refresh
+            logger.debug("pool %s: cannot look up %s: %s", pool.name, short_ids(due), error)
+            return
+        for job_id in due:
+            _, status = pool._vanished.pop(job_id)
+            record = found.get(job_id)
+            if record is not None and record.state.active:
+                logger.info("pool %s: job %s is listed again (%s): tracked again", pool.name,
+                            job_id, record.state.value)
+                pool.jobs[job_id] = record
+            elif record is None or record.state is JobState.removed:
+                self._removed_waiting(pool, record or status)
+            else:
+                self._failure(pool, pool.describe_end(record))
 
     def _ended_with_worker(self, pool: ManagedPool, status: JobStatus) -> None:
         """A job whose worker had joined ended by failing (a walltime, a signal)."""

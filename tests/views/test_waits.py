@@ -119,3 +119,22 @@ def test_submit_timeout_needs_wait() -> None:
                             env=_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--timeout" in result.stderr and "only with --wait" in (
         result.stderr)
+
+
+def test_submit_wait_ends_when_its_job_fails(scheduler, staging) -> None:
+    """Nothing replaces the jobs of ``hybrid submit``: once its only job failed (a python
+    that is not there: exit 127), the wait ends with the job's reason, at once, not at its
+    timeout (it waited out the whole timeout, or forever without one)."""
+    name = f"submitfails-{os.getpid()}"
+    started = time.monotonic()
+    result = subprocess.run(
+        [*HYBRID, "submit", "--system", "local", "--scheduler", scheduler, "--cluster", name,
+         "--no-nanny", "--python", "/nonexistent/bin/python3", "--wait", "--timeout", "600"],
+        env=_env(), capture_output=True, text=True, timeout=150)
+    assert result.returncode == 1, result
+    assert "exit code 127" in result.stderr, result.stderr
+    assert "connected after 600 s" not in result.stderr
+    assert "removed the 1 job(s) this command submitted" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 150
+    assert not any(staging.glob("*")), "no staged copy of the files left"
