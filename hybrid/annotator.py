@@ -26,6 +26,7 @@ from distributed import Client, Future
 
 from hybrid import config
 from hybrid.errors import ConfigurationError
+from hybrid.fields import boolean
 from hybrid.routing import (
     GPU,
     NOT_GPU,
@@ -86,13 +87,17 @@ class ResourceAnnotator:
     With ``enabled=False`` nothing is annotated, and any task runs on any worker.
     """
 
-    def __init__(self, client: Client, enabled: bool | None = None, fraction: float | None = None):
+    def __init__(self, client: Client, enabled: bool | None = None, fraction: float | None = None,
+                 field: str = "ResourceAnnotator.enabled"):
         self.client = client
-        self.enabled = config.get("annotator.enabled") if enabled is None else bool(enabled)
+        enabled = boolean(enabled, field, "hybrid.annotator.enabled")  # ("false" is true)
+        self.enabled = config.get("annotator.enabled") if enabled is None else enabled
         self.fraction = gpu_fraction(fraction)
 
     def resources_for(self, function: Any, gpu: bool | None = None) -> dict[str, float] | None:
-        """Resources for one task of ``function``; ``gpu`` overrides the decorator."""
+        """Resources for one task of ``function``; ``gpu`` (the ``gpu_task`` keyword: True,
+        False or None) overrides the decorator."""
+        gpu = boolean(gpu, "gpu_task", "the function's @gpu_task decides")
         if not self.enabled:
             return None
         explicit = dask.get_annotations().get("resources")
@@ -249,7 +254,8 @@ class HybridClient(Client):
         gpu_fraction: float | None = None,
         **kwargs: Any,
     ):
-        self.annotator = ResourceAnnotator(self, annotate_resources, gpu_fraction)
+        self.annotator = ResourceAnnotator(self, annotate_resources, gpu_fraction,
+                                           "HybridClient.annotate_resources")
         address = args[0] if args else kwargs.get("address")
         if isinstance(address, str) and address.startswith("tls://") and kwargs.get(
                 "security") is None:

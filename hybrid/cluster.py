@@ -24,7 +24,7 @@ from hybrid.annotator import HybridClient
 from hybrid.batch import BatchSystem
 from hybrid.dashboard import publish_pools
 from hybrid.errors import ConfigurationError, HybridError, attach_note, cleanup_after
-from hybrid.fields import Address, Interval, ListenPort, count, validate_value
+from hybrid.fields import Address, Interval, ListenPort, boolean, count, validate_value
 from hybrid.manager import ManagedPool, PoolManager, PoolStatus
 from hybrid.manager.waiting import WORKERS, scale_and_wait
 from hybrid.pools import PoolSpec, numpydoc_parameters
@@ -84,8 +84,8 @@ class HybridCluster(ClusterViews, Cluster):
     dashboard_address : str, bool or None
         Where the dashboard listens: ``True`` (default) takes
         ``hybrid.scheduler.dashboard-address`` (loopback: reach it through an SSH tunnel);
-        ``":8787"`` serves it on every interface; ``None``: no dashboard. Served over TLS
-        when the scheduler is.
+        ``":8787"`` or ``8787``: that port on ``host`` (every interface by default);
+        ``None``: no dashboard. Served over TLS when the scheduler is.
     asynchronous : bool
         Use the cluster from async code: ``async with HybridCluster(asynchronous=True)``.
     silence_logs : str or int or bool, optional
@@ -135,13 +135,14 @@ class HybridCluster(ClusterViews, Cluster):
                 if worker_scheduler_address is None:
                     worker_scheduler_address = stored.worker_scheduler_address
         else:
+            dashboard_listen(dashboard_address, "HybridCluster.dashboard_address")  # (first)
             security = own_security(security, "HybridCluster.security")
-            dashboard_listen(dashboard_address)  # a bad value fails here, before anything runs
         if worker_scheduler_address is not None:
             worker_scheduler_address = validate_value(
                 Address, worker_scheduler_address, "HybridCluster.worker_scheduler_address")
         self.security = security or Security()
-        self.annotate_resources = annotate_resources
+        self.annotate_resources = boolean(annotate_resources, "HybridCluster.annotate_resources",
+                                          "hybrid.annotator.enabled")
         self.gpu_fraction = gpu_fraction
         self._external_address = scheduler_address
         self._worker_scheduler_address = worker_scheduler_address

@@ -99,6 +99,21 @@ def _dashboard(value: Any) -> Any:
         "interface, or null for no dashboard", lowest_port=0)
 
 
+def _credentials_directory(value: Any) -> Any:
+    """Where clusters' credentials are kept: an absolute path (``~`` is the home), or null
+    (``~/.cache/hybrid/clusters``). A relative one would be another directory for each
+    working directory: the user's other processes would not find their clusters."""
+    from hybrid.fields import reject
+
+    if value is None or value == "":
+        return value
+    if not isinstance(value, (str, os.PathLike)) or not Path(value).expanduser().is_absolute():
+        raise reject("an absolute path (each of your processes, whatever its working "
+                     "directory, finds its clusters there), or null for ~/.cache/hybrid/clusters",
+                     "Give the whole path, e.g. ~/.cache/hybrid/clusters.")
+    return value
+
+
 def _system(value: Any) -> Any:
     from hybrid.fields import reject
     from hybrid.systems import SYSTEMS, system_choices
@@ -125,7 +140,7 @@ def setting_types() -> dict[str, Any]:
         "scheduler.host": checked(_host),
         "scheduler.tls": StrictBool,
         "scheduler.dashboard-address": checked(_dashboard),
-        "scheduler.credentials-directory": str | None,
+        "scheduler.credentials-directory": checked(_credentials_directory),
         "annotator.enabled": StrictBool,
         "annotator.gpu-fraction": Fraction,
         "annotator.feed-priority": count(0, None, "a whole number >= 0 (0 turns feeding the "

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import ipaddress
 import math
+import numbers
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -25,35 +26,11 @@ from pydantic_core import PydanticCustomError
 
 from hybrid.errors import ConfigurationError, did_you_mean
 
-__all__ = [
-    "AbsolutePath",
-    "Address",
-    "BatchWord",
-    "EnvName",
-    "Environment",
-    "Fraction",
-    "ImageReference",
-    "Lines",
-    "ListenPort",
-    "Memory",
-    "Name",
-    "Port",
-    "PortRange",
-    "ResourceLimits",
-    "ResourceName",
-    "ResourceNames",
-    "ResourceRequests",
-    "Seconds",
-    "Strings",
-    "Tag",
-    "Walltime",
-    "absolute_path",
-    "count",
-    "reject",
-    "strings",
-    "validate",
-    "validate_value",
-]
+__all__ = ["AbsolutePath", "Address", "BatchWord", "EnvName", "Environment", "Fraction",
+           "ImageReference", "Lines", "ListenPort", "Memory", "Name", "Port", "PortRange",
+           "ResourceLimits", "ResourceName", "ResourceNames", "ResourceRequests", "Seconds",
+           "Strings", "Tag", "Walltime", "absolute_path", "boolean", "count", "reject",
+           "strings", "validate", "validate_value"]
 
 #: Line breaks as YAML, Python and the shells read them: none may enter a one-line value.
 LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029")
@@ -114,10 +91,22 @@ Tag = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z](?:[A-Za-z0-9_]{0,61}[A-Za-z0-9])?",
     "1-63 characters from A-Z a-z 0-9 _, starting with a letter and ending with a letter or "
     "digit (it names an HTCondor job attribute and is a Kubernetes label value)"))]
-#: Queues, partitions, accounts, projects: one word on a directive line.
+
+
+def _whole_number(value: Any) -> Any:
+    """Any whole number (``numbers.Integral``: ``np.int64`` too) as ``int``; else as it is."""
+    whole = isinstance(value, float) and value.is_integer()
+    return int(value) if whole or (isinstance(value, numbers.Integral)
+                                   and not isinstance(value, bool)) else value
+
+
+#: Queues, partitions, accounts, projects: one word on a directive line. A whole number (an
+#: unquoted ``account: 12345`` in YAML or a ``DASK_...=12345`` variable) is its decimal text.
 BatchWord = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}",
-    "one word from A-Z a-z 0-9 . _ @ + -, starting with a letter or digit"))]
+    "one word from A-Z a-z 0-9 . _ @ + -, starting with a letter or digit")),
+    BeforeValidator(lambda v: v if isinstance(v, bool) else str(_whole_number(v)) if (
+        isinstance(v, numbers.Integral)) else v)]
 #: A Grid Engine resource (complex) or parallel environment name: ``h_vmem``, ``smp``.
 _RESOURCE_RULE = ("a name from A-Z a-z 0-9 _ . -, starting with a letter or _ (a Grid Engine "
                   "resource or parallel environment)")
@@ -277,13 +266,13 @@ Strings = Annotated[tuple[str, ...], BeforeValidator(strings(False, "strings"))]
 @functools.cache
 def count(minimum: int, maximum: int | None = None, accepted: str | None = None) -> Any:
     """A whole number ``>= minimum`` (and ``<= maximum``): booleans and fractions refused, a
-    whole float taken; ``accepted``: the words of an error, where a caller's are fixed."""
+    whole float and any ``numbers.Integral`` (``np.int64``) taken; ``accepted``: the words
+    of an error, where a caller's are fixed."""
     accepted = accepted or (f"a whole number from {minimum} to {maximum}" if maximum is not None
                             else f"a whole number >= {minimum}")
 
     def check(value: Any) -> Any:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
+        value = _whole_number(value)  # (np.int64 too: numbers.Integral)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
                 maximum is not None and value > maximum):
             raise reject(accepted)
@@ -305,6 +294,18 @@ def _fraction(value: Any) -> Any:
 
 
 Fraction = Annotated[float, BeforeValidator(_fraction)]  #: A share (of a GPU), in (0, 1].
+
+
+def boolean(value: Any, field: str, default: str | None = None) -> bool | None:
+    """A switch: ``True`` or ``False`` as the configuration's switches take them (no text or
+    number stands for one: ``"false"`` is true in Python), or ``None`` where ``default``
+    names the setting it then takes."""
+    if isinstance(value, bool) or (value is None and default is not None):
+        return value
+    accepted = "True or False" + (f", or None ({default})" if default else "")
+    raise ConfigurationError(field, value, accepted, (
+        f"Give the Python value True or False, not the text {value!r}." if isinstance(
+            value, str) else "Give the Python value True or False."))
 
 
 def seconds(value: Any, *, allow_zero: bool = False) -> float:
@@ -365,7 +366,7 @@ def _walltime(value: Any) -> Any:
     try:
         return parse_walltime(value, "walltime")
     except ConfigurationError as error:
-        raise reject(error.accepted) from None
+        raise reject(error.accepted, error.fix) from None
 
 
 #: A wall time, as ``"HH:MM"``, from ``"HH:MM"``, a duration such as ``"6h"`` or a quantity.

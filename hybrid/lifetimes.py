@@ -5,8 +5,10 @@ either way by a stagger (distributed's ``--lifetime`` and ``--lifetime-stagger``
 of its lifetime the pool manager drains a worker: it takes no new task, finishes those it
 runs and retires with its results moved to other workers; its replacement was submitted
 ahead of time. As a safety net each worker also stops on its own (distributed's
-``--lifetime``) shortly before the walltime. These are the pure rules :class:`PoolSpec
-<hybrid.pools.PoolSpec>` validates and derives with.
+``--lifetime``) shortly before the walltime. No walltime is longer than the lease (the
+time after which every job removes itself), and a job's memory is split between its worker
+processes. These are the pure rules :class:`PoolSpec <hybrid.pools.PoolSpec>` validates and
+derives with.
 """
 
 from __future__ import annotations
@@ -130,3 +132,54 @@ def problem(lifetime: Any, stagger: Any, restart: bool, walltime: str | None,
                 "worker to finish its tasks and move its results",
                 "Shorten the lifetime or the stagger, or lengthen the walltime.")
     return None
+
+
+def stretched_lease(walltime: Any, lease: Any, given: bool = False) -> Any:
+    """The lease a pool takes: one ``given`` for it as it is; else the configured one,
+    stretched to a longer walltime (a job that may run 48 h is not removed by a 24 h lease
+    before it); ``lease`` as it is when either does not read (validation then says why)."""
+    from hybrid.errors import ConfigurationError
+    from hybrid.units import parse_walltime
+
+    if given:
+        return lease
+    try:
+        wall = walltime_seconds(parse_walltime(walltime, "walltime")) if walltime else None
+        return max(wall, seconds(lease)) if wall is not None else lease
+    except (ConfigurationError, PydanticCustomError, TypeError, ValueError):
+        return lease
+
+
+def lease_problem(walltime: str | None, lease: int) -> tuple[str, str, str | None] | None:
+    """A walltime longer than the lease given for the pool: the job would be removed
+    by its lease (HTCondor's ``periodic_remove``) before the walltime its workers' lifetimes
+    and draining are planned from, or on other systems outlive the lease it promises."""
+    wall = walltime_seconds(walltime)
+    if wall is None or wall <= lease:
+        return None
+    hours = f"{lease // 3600:02d}:{lease % 3600 // 60:02d}" + (
+        f":{lease % 60:02d}" if lease % 60 else "")
+    return ("walltime", f"a walltime no longer than the pool's lease ({hours}, {lease} s), "
+            "at which every job removes itself",
+            f"Give a lease at least as long (lease='{-(-wall // 3600)}h' or more), leave the "
+            "lease out (the configured one, hybrid.batch.lease, stretches to the walltime), "
+            "or shorten the walltime.")
+
+
+def split_problem(memory: int | None, processes: int) -> tuple[str, str, str | None] | None:
+    """A job's memory that leaves its worker processes nothing each (floored to 0 bytes, a
+    worker gets no ``--memory-limit``: Dask's ``auto``, the whole node's memory)."""
+    if memory is None or memory // processes > 0:
+        return None
+    return ("memory", f"at least 1 byte for each of the {processes} processes of a job "
+            f"({memory} B over {processes} processes is 0 B each)",
+            "Give more memory, e.g. \"4 GiB\", or fewer processes.")
+
+
+def spec_problem(spec: Any) -> tuple[str, str, str | None] | None:
+    """What is wrong with a pool's lifetime, lease and memory split: ``(field, accepted,
+    fix)``, or None."""
+    return (problem(spec.lifetime, spec.lifetime_stagger, spec.lifetime_restart, spec.walltime,
+                    spec.worker_extra_args, spec.uses_nanny)
+            or lease_problem(spec.walltime, spec.lease)
+            or split_problem(spec.memory, spec.max_processes))

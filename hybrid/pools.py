@@ -109,13 +109,14 @@ class PoolSpec(BaseModel):
         "``serves_unannotated``). Default: the resources' ``number_of_gpus``, else 0.")
     memory: Memory | None = Field(
         None, description='Memory of each job, e.g. ``"4 GiB"`` or ``4 * unit.GiB``; the '
-        "workers' memory limit is its share per process. Default: the resources' memory, "
-        "else none requested.")
+        "workers' memory limit is its share per process (at least 1 byte). Default: the "
+        "resources' memory, else none requested.")
     walltime: Walltime | None = Field(
         None, description='Wall time of each job: ``"HH:MM"``, ``"D-HH:MM:SS"`` or a duration with '
         'its unit (``"6h"``, ``"90 minutes"``), or a time quantity. Default: '
         "the resources' ``wallclock_time_limit``, else the system's section "
-        "(``hybrid.batch.<system>.walltime``), else the lease.")
+        "(``hybrid.batch.<system>.walltime``), else the lease. A longer walltime stretches the "
+        "configured lease; it may not exceed a ``lease`` given for the pool.")
     processes: count(1, 1024) = Field(
         1, description="Worker processes per job (dask-jobqueue's ``processes``); more than "
         "one needs a nanny.")
@@ -200,7 +201,7 @@ class PoolSpec(BaseModel):
         "Default: ``hybrid.worker.death-timeout``.")
     lease: Seconds = Field(
         86400, description="Jobs remove themselves after this long. Default: "
-        "``hybrid.batch.lease``.")
+        "``hybrid.batch.lease``, or the walltime where that is longer.")
     lifetime: Annotated[int | Literal["auto", "off"],
                         BeforeValidator(lifetimes.lifetime_value)] = Field(
         "auto", description="How long each worker takes tasks; then it drains: it takes no "
@@ -301,9 +302,7 @@ class PoolSpec(BaseModel):
     def _check_lifetime(self) -> None:
         if (bad := workerargs.problem(self.worker_extra_args)) is not None:
             raise _field_error(*bad)
-        problem = lifetimes.problem(self.lifetime, self.lifetime_stagger,
-                                    self.lifetime_restart, self.walltime,
-                                    self.worker_extra_args, self.uses_nanny)
+        problem = lifetimes.spec_problem(self)  # (and the lease, and the memory split)
         if problem is not None:
             field, accepted, fix = problem
             raise _field_error(field, getattr(self, field), accepted, fix)
@@ -505,8 +504,9 @@ class PoolSpec(BaseModel):
                 continue
             data[key] = value
             sources.pop(key, None)
-        data["name"] = name
-        data["system"] = kind.name
+        data["name"], data["system"] = name, kind.name
+        data["lease"] = lifetimes.stretched_lease(data.get("walltime"), data.get("lease", 86400),
+                                                  given="lease" in options)
         # (a value from the configuration is named by its key, not by the caller's name)
         spec = validate(cls, data, prefix=prefix, labels={**names, **sources})
         if check_paths is None:

@@ -122,7 +122,7 @@ def _walltime(value: Any) -> str:
     try:
         return parse_walltime(value, "walltime", hh_mm_only=True)  # as openff-evaluator
     except ConfigurationError as error:
-        raise reject(error.accepted) from None
+        raise reject(error.accepted, error.fix) from None  # (YAML's 12:00 read as 720)
 
 
 def _optional(kind: type, accepted: str, item: type | None = None) -> Any:

@@ -23,6 +23,7 @@ import errno
 import functools
 import ipaddress
 import json
+import numbers
 import os
 import shutil
 import socket
@@ -84,6 +85,8 @@ def own_security(security: Security | bool | None, field: str) -> Security | Non
     ``False`` means plain TCP (returned as ``None``)."""
     if security is None:
         security = config.get("scheduler.tls", True)
+    if security is True or (isinstance(security, Security) and security.require_encryption):
+        credentials_root()  # where they will be stored: a bad setting fails before any start
     if security is True:
         return Security.temporary()
     if security is False:
@@ -218,14 +221,22 @@ def browsable(address: str) -> str:
         return address
 
 
-def dashboard_listen(dashboard_address: str | bool | None) -> tuple[str, bool]:
+def dashboard_listen(dashboard_address: str | int | bool | None,
+                     field: str = "dashboard_address") -> tuple[str, bool]:
     """Where the scheduler's HTTP server listens and whether it shows the dashboard.
 
     ``True``: the configured place (``hybrid.scheduler.dashboard-address``, loopback by
-    default); a string: there; ``None``/``False``: no dashboard (the scheduler's HTTP routes,
-    health and metrics, still answer, on loopback only). A dashboard's port 0 becomes a free
-    port browsers open (:func:`browsable`).
+    default); ``"HOST:PORT"``: there; ``":PORT"`` or a bare port (``8787``, ``"8787"``): that
+    port on the scheduler's host (every interface when it has none); ``None``/``False``: no
+    dashboard (the scheduler's HTTP routes, health and metrics, still answer, on loopback
+    only). Checked as the configuration key is (:func:`hybrid.fields.listen_address`), a bad
+    value a :class:`ConfigurationError` naming ``field``. A dashboard's port 0 becomes a
+    free port browsers open (:func:`browsable`).
     """
+    from pydantic_core import PydanticCustomError
+
+    from hybrid.fields import listen_address
+
     if dashboard_address is True:
         configured = config.get("scheduler.dashboard-address", "127.0.0.1:0")
         if configured is None:
@@ -233,11 +244,16 @@ def dashboard_listen(dashboard_address: str | bool | None) -> tuple[str, bool]:
         return browsable(str(configured)), True
     if dashboard_address is None or dashboard_address is False:
         return "127.0.0.1:0", False
-    if isinstance(dashboard_address, (str, int)) and not isinstance(dashboard_address, bool):
-        return browsable(str(dashboard_address)), True
-    raise ConfigurationError("dashboard_address", dashboard_address,
-                             'an address like "127.0.0.1:8787" or ":8787", True for '
-                             "hybrid.scheduler.dashboard-address, or None for no dashboard")
+    text = str(dashboard_address).strip() if isinstance(dashboard_address, (
+        str, numbers.Integral)) else None  # (np.int64 too)
+    text = f":{text}" if text is not None and text.isascii() and text.isdigit() else text  # a port
+    try:
+        return browsable(listen_address(text, "", lowest_port=0)), True
+    except PydanticCustomError:
+        raise ConfigurationError(field, dashboard_address, 'an address "HOST:PORT" (e.g. '
+                                 '"127.0.0.1:8787"), ":PORT" or a port (on the scheduler\'s '
+                                 "host), True for hybrid.scheduler.dashboard-address, or None "
+                                 "for no dashboard") from None
 
 
 def dashboard_ssl_context(cert: str, key: str) -> ssl.SSLContext:

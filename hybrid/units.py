@@ -6,6 +6,7 @@ converting through their magnitude and unit name, never by identity of the regis
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
@@ -115,17 +116,18 @@ def format_bytes(n: int) -> str:
 def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
     """Return a wall time as ``"HH:MM"``.
 
-    Accepts ``"HH:MM"``, ``"HH:MM:SS"``, a time quantity, or (unless ``hh_mm_only``, as
-    openff-evaluator's ``wallclock_time_limit``) Slurm's ``"D-HH:MM:SS"`` (``"D-HH"``,
-    ``"D-HH:MM"``) and a duration with its unit as Dask reads one (``"6h"``, ``"90
-    minutes"``). A bare number is refused: Slurm reads ``--time=90`` as
-    minutes, Dask reads 90 as seconds. Seconds round up to the next minute.
+    Accepts ``"HH:MM"``, ``"HH:MM:SS"``, a time quantity or a ``datetime.timedelta``, or
+    (unless ``hh_mm_only``, as openff-evaluator's ``wallclock_time_limit``) Slurm's
+    ``"D-HH:MM:SS"`` (``"D-HH"``, ``"D-HH:MM"``) and a duration with its unit as Dask reads
+    one (``"6h"``, ``"90 minutes"``). A bare number is refused: Slurm reads ``--time=90`` as
+    minutes, Dask reads 90 as seconds (and YAML reads an unquoted ``12:00`` as 720: the
+    error says to quote it). Seconds round up to the next minute.
     """
     accepted = ('a wall time "HH:MM" (e.g. "05:59")' if hh_mm_only else
                 'a wall time "HH:MM" (e.g. "05:59") or "D-HH:MM:SS", a duration with its unit '
                 'such as "6h" or "90 minutes",') + " or a time quantity such as 6 * unit.hour"
     minutes: float | None = None
-    if is_quantity(value):
+    if is_quantity(value) or isinstance(value, datetime.timedelta):
         duration = duration_seconds(value)
         minutes = None if duration is None else duration / 60
     elif isinstance(value, str):
@@ -142,9 +144,9 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
             minutes = None if duration is None else duration / 60
         elif not hh_mm_only and _BARE_NUMBER.match(value):
             raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
-    if minutes is None and not hh_mm_only and isinstance(value, (int, float)) and not (
-            isinstance(value, bool)):
-        raise ConfigurationError(field, value, accepted + " (a bare number has no unit)")
+    if minutes is None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ConfigurationError(field, value, accepted + ("" if hh_mm_only else " (a bare "
+                                 "number has no unit)"), yaml_hint(value, not hh_mm_only))
     if minutes is None or not math.isfinite(minutes):
         raise ConfigurationError(field, value, accepted)
     if minutes > 999 * 60:
@@ -154,10 +156,21 @@ def parse_walltime(value: Any, field: str, *, hh_mm_only: bool = False) -> str:
     return hhmm(math.ceil(minutes))
 
 
+def yaml_hint(value: Any, durations: bool = True) -> str | None:
+    """The fix for a whole number where a wall time was expected: YAML (1.1, as PyYAML and
+    so Dask read a user's file) reads an unquoted ``HH:MM`` as a base-60 number."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return None
+    return (f"An unquoted HH:MM in YAML is read as a number ({value // 60}:{value % 60:02d} "
+            f'arrives as {value}): quote it, e.g. "{value // 60:02d}:{value % 60:02d}"'
+            + (', or give a duration with its unit such as "6h".' if durations else "."))
+
+
 def duration_seconds(value: Any) -> float | None:
     """Seconds in a duration: a number of seconds, a string such as ``"6h"`` (Dask's
-    ``parse_timedelta``) or ``"1.5 hours"`` (pint, for the units Dask does not know), or a
-    pint time quantity; ``None`` if none of them reads it (:func:`hybrid.fields.seconds`
+    ``parse_timedelta``) or ``"1.5 hours"`` (pint, for the units Dask does not know), a
+    ``datetime.timedelta`` (as ``parse_timedelta`` takes one) or a pint time quantity;
+    ``None`` if none of them reads it (:func:`hybrid.fields.seconds`
     checks the range and says what is accepted)."""
     from dask.utils import parse_timedelta
 
@@ -166,7 +179,7 @@ def duration_seconds(value: Any) -> float | None:
     try:
         if is_quantity(value):
             return float(Quantity(value.magnitude, str(value.units)).to(unit.second).magnitude)
-        if isinstance(value, (int, float, str)):
+        if isinstance(value, (int, float, str, datetime.timedelta)):
             return float(parse_timedelta(value))
     except Exception:
         pass

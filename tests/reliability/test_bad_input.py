@@ -691,7 +691,32 @@ BAD_INPUTS: list[Case] = [
            '{"a.b__c": 1}', "hybrid.worker-dask-config", add_slurm),
     in_env("env-pre-spawn-newline", "DASK_DISTRIBUTED__NANNY__PRE_SPAWN_ENVIRON",
            '{"X": "a\\nb"}', "distributed.nanny.pre-spawn-environ['X']", add_slurm),
+    # ---- what an audit of the configuration's edges found (2026-11-29, second audit)
+    api("cluster-dashboard-port-99999", "HybridCluster(dashboard_address='127.0.0.1:99999')",
+        "HybridCluster.dashboard_address",
+        lambda b: b.start_cluster(dashboard_address="127.0.0.1:99999")),
+    api("cluster-dashboard-not-an-address", "HybridCluster(dashboard_address='nope')",
+        "HybridCluster.dashboard_address", lambda b: b.start_cluster(dashboard_address="nope")),
+    api("cluster-annotate-text", "HybridCluster(annotate_resources='false')",
+        "HybridCluster.annotate_resources",
+        lambda b: b.start_cluster(annotate_resources="false")),
+    api("submit-gpu-task-text", "client.submit(f, gpu_task='False')", "gpu_task",
+        lambda b: _submit_with(b, gpu_task="False")),
+    pool("walltime-over-lease", "walltime='48h', lease='24h'", "walltime", walltime="48h",
+         lease="24h"),
+    pool("memory-per-process-zero", "cores=4, processes=4, memory='3 B'", "memory", cores=4,
+         processes=4, memory="3 B", nanny=True),
+    in_yaml("yaml-walltime-unquoted", "hybrid.batch.htcondor.walltime", "12:00",
+            "hybrid.batch.htcondor.walltime", add_htcondor),
+    in_yaml("yaml-credentials-relative", "hybrid.scheduler.credentials-directory",
+            "my-credentials", "hybrid.scheduler.credentials-directory", start_cluster),
 ]
+
+
+def _submit_with(bench: Bench, **options: Any) -> Any:
+    """``client.submit(abs, -1, **options)`` from a client of the bench's cluster."""
+    with bench.cluster.get_client() as client:
+        return client.submit(abs, -1, **options)
 
 def _waits(cluster: Any) -> Any:
     """``cluster.wait_for_workers(1, timeout='abc')``, the cluster shut down whatever it says."""
@@ -941,6 +966,12 @@ ACCEPTED: list[Accepted] = [
              lambda b: b.with_env({"DASK_HYBRID__WORKER__CHECK_PATHS": "false"}, lambda b: (
                  "/only/on/nodes.sif" in _script(b, "slurm",
                                                  container_image="/only/on/nodes.sif")))),
+    Accepted("account-number", "API", "account=12345",
+             "#SBATCH --account=12345 (a number is its digits, as from YAML or DASK_HYBRID__)",
+             lambda b: "\n#SBATCH --account=12345\n" in _script(b, "slurm", account=12345)),
+    Accepted("dashboard-bare-port", "API", "HybridCluster(dashboard_address=PORT) (a number)",
+             "the dashboard on PORT of hybrid.scheduler.host only, as with \":PORT\"",
+             lambda b: _dashboard_on_the_host(b)),
     Accepted("dynamic-file-hash", "CLI", "--dynamic-file '/etc/traefik/dyn #1.yml'",
              "two YAML documents; the file provider's filename exactly that path",
              lambda b: _ingress_filename(b, "/etc/traefik/dyn #1.yml")),
@@ -952,6 +983,17 @@ ACCEPTED: list[Accepted] = [
                                        "\nexport DASK_A__B='$(touch /tmp/pwned)'\"'\"''\n"
                                        in _script(b, "slurm")))),
 ]
+
+
+def _dashboard_on_the_host(bench: Bench) -> bool:
+    """A bare dashboard port listens on the scheduler's host (loopback here), not on every
+    interface."""
+    from distributed.utils import open_port
+
+    port = open_port("127.0.0.1")
+    with HybridCluster(name=f"{PREFIX}-dash", dashboard_address=port) as cluster:
+        return cluster.scheduler.http_server.address == "127.0.0.1" and (
+            cluster.scheduler.http_server.port == port)
 
 
 def _ingress_filename(bench: Bench, path: str) -> bool:
