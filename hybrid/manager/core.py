@@ -365,6 +365,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         workers, where the caller has them)."""
         live = await self.live_workers() if live is None else live
         out = pool.workers_by_job(live, names)
+        pool._connected_now = frozenset(out)
         await self._note_connected(pool, out)
         return out
 

@@ -311,7 +311,9 @@ class ManagedPool:
         #: Worker name -> its job id here, as found; "" for a name no job of this pool can
         #: have (another pool's); a name of this pool whose job is not tracked is not kept.
         self._by_name: dict[str, str] = {}
-        self._connected: set[str] = set()
+        self._connected: set[str] = set()  # (jobs whose worker ever connected)
+        #: The jobs whose workers are connected now (as of the manager's last look).
+        self._connected_now: frozenset[str] = frozenset()
         #: When each job's worker first connected (manager clock).
         self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
@@ -509,7 +511,7 @@ class ManagedPool:
         return PoolStatus(
             name=self.name, system=self.system.name, resource=self.resource,
             target=self.target, jobs=counts, reasons=reasons,
-            connected=len(self._connected & set(self.jobs)),
+            connected=len(self._connected_now & self.jobs.keys()),
             adaptive=None if adaptive is None else (adaptive.minimum, adaptive.maximum),
             failed=self.failed, retiring=sum(1 for j in self.retiring if j in self.jobs),
             evictions=self.evictions,

@@ -262,3 +262,25 @@ def test_demand_falls_back_from_a_waiting_slurm_pool_to_htcondor_and_back(
     # the fast pool waited for the batch pool's jobs to pend the fallback time first
     assert submitted["pool fast"] - submitted["pool batch"] >= 5
     assert slurm_jobs(cluster.name) == [] and condor_jobs(cluster.name) == []
+
+
+@pytest.mark.htcondor
+@pytest.mark.timeout(300)
+def test_the_pool_status_counts_the_workers_connected_now(htcondor_pool, staging) -> None:
+    """A held job's worker is gone while its job stays in the queue: the pool's status (the
+    notebook's "workers" column, ``pool_status().connected``) counts the workers connected
+    now, not every job whose worker once connected."""
+    with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
+        pool = cluster.add_pool("w", "htcondor", nanny=False)
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=180, progress=False)
+        wait_for(lambda: cluster.pool_status()["w"].connected == 2, 30, "2 workers counted")
+        victim = sorted(pool.active())[-1]
+        htcondor2.Schedd().act(htcondor2.JobAction.Hold, [victim], reason="test: held")
+        wait_for(lambda: len(cluster.connected_workers("w")) == 1, 120,
+                 "the held job's worker to leave")
+        wait_for(lambda: cluster.pool_status()["w"].jobs["held"] == 1, 60,
+                 "the pool to see the hold")
+        status = cluster.pool_status()["w"]
+        wait_for(lambda: cluster.pool_status()["w"].connected == 1, 30,
+                 f"the status to count 1 worker connected (it says {status.connected})")
