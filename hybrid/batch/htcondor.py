@@ -69,7 +69,10 @@ def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
     if status == named.HELD:
         if int(ad.get("HoldReasonCode", 0) or 0) == _SPOOLING_HOLD_CODE:
             return JobState.pending, "spooling input files"
-        return JobState.held, str(ad.get("HoldReason", "held (no reason given)"))
+        reason = str(ad.get("HoldReason") or "").strip()  # (empty: a hold without one)
+        by_user = int(ad.get("HoldReasonCode", 0) or 0) == 1  # UserRequest: condor_hold
+        return JobState.held, reason or ("held by a user (condor_hold), no reason given"
+                                         if by_user else "held, no reason given")
     if status in (named.IDLE, named.SUSPENDED):
         # the negotiator's word on why it did not match ("concurrency limit ... reached")
         why = str(ad.get("LastRejMatchReason") or "").strip()

@@ -296,8 +296,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 # python, and resubmitting would loop).
                 logger.info("pool %s: job %s ended, its worker closed", pool.name, job_id)
                 continue
-            if old.state is JobState.pending and status.state is JobState.removed:
-                self._removed_waiting(pool, status)  # (it never ran: no failure)
+            if old.state in (JobState.pending, JobState.held) and (
+                    status.state is JobState.removed):
+                self._removed_waiting(pool, status)  # (it does not run: no failure)
             elif old.state is JobState.pending and status.reason == GONE:
                 pool._vanished[job_id] = (now, status)  # decided once its record had time
             elif status.state in (JobState.failed, JobState.removed, JobState.finished):

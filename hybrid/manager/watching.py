@@ -172,6 +172,22 @@ class JobWatch:
             pool._first_pending.setdefault(job_id, now)
             return
         pool._first_pending.pop(job_id, None)
+        if new.state is JobState.held and old.state is not JobState.held:
+            self._held(pool, new)
+
+    def _held(self, pool: ManagedPool, status: JobStatus) -> None:
+        """A job the batch system holds: it neither starts nor runs on by itself, and it
+        counts toward the target. Said once per hold (not where someone waits for workers:
+        the wait raises with it; nor with ``held-jobs: replace``, which replaces it)."""
+        if pool.waiters or config.get("batch.held-jobs", "report") == "replace":
+            return
+        logger.warning(
+            "pool %s: job %s is held by %s (%s): it will not start or run by itself, and it "
+            "counts toward the pool's target. Release it with %s's own tool, remove it "
+            "(`hybrid cancel --system %s %s`: the pool replaces it), or set "
+            "hybrid.batch.held-jobs: replace to have held jobs replaced.", pool.name,
+            status.job_id, pool.system.name, status.reason or "no reason given",
+            pool.system.name, pool.system.name, status.job_id)
 
     def _evicted(self, pool: ManagedPool, status: JobStatus, *, restarted: bool = False,
                  left: bool = False) -> None:

@@ -266,10 +266,14 @@ def test_demand_falls_back_from_a_waiting_slurm_pool_to_htcondor_and_back(
 
 @pytest.mark.htcondor
 @pytest.mark.timeout(300)
-def test_the_pool_status_counts_the_workers_connected_now(htcondor_pool, staging) -> None:
-    """A held job's worker is gone while its job stays in the queue: the pool's status (the
-    notebook's "workers" column, ``pool_status().connected``) counts the workers connected
-    now, not every job whose worker once connected."""
+def test_a_held_job_is_said_and_its_worker_no_longer_counted(
+        htcondor_pool, staging, caplog) -> None:
+    """A held job's worker is gone while its job stays in the queue: a warning says so once,
+    with HTCondor's reason and what to do (an adaptive pool counts it toward its target, and
+    nothing else would say why its work stalls); the pool's status (the notebook's "workers"
+    column, ``pool_status().connected``) counts the workers connected now, not every job
+    whose worker once connected."""
+    caplog.set_level(logging.WARNING, logger="hybrid")
     with dask.config.set({"hybrid.batch.poll-interval": "0.5s"}), HybridCluster() as cluster:
         pool = cluster.add_pool("w", "htcondor", nanny=False)
         cluster.scale(2)
@@ -281,6 +285,10 @@ def test_the_pool_status_counts_the_workers_connected_now(htcondor_pool, staging
                  "the held job's worker to leave")
         wait_for(lambda: cluster.pool_status()["w"].jobs["held"] == 1, 60,
                  "the pool to see the hold")
+        held = [r.getMessage() for r in caplog.records if "is held by htcondor" in r.getMessage()]
+        # (the bindings' hold leaves HoldReason empty: the code says who held it)
+        assert len(held) == 1 and victim in held[0] and "held by a user" in held[0], held
+        assert "hybrid cancel --system htcondor " + victim in held[0]
         status = cluster.pool_status()["w"]
         wait_for(lambda: cluster.pool_status()["w"].connected == 1, 30,
                  f"the status to count 1 worker connected (it says {status.connected})")
