@@ -38,7 +38,7 @@ VANISHED_GRACE = 20.0
 
 #: What each system calls an eviction, for the log.
 _EVICTION_WORDS = {"htcondor": "vacated (evicted)", "slurm": "requeued or preempted",
-                   "kubernetes": "evicted"}
+                   "sge": "rescheduled (qmod -rj, or its host failed)", "kubernetes": "evicted"}
 
 
 class JobWatch:
@@ -201,7 +201,8 @@ class JobWatch:
             pool.retiring.pop(status.job_id, None)
         pool._drained.discard(status.job_id)
         how = _EVICTION_WORDS.get(pool.system.name, "evicted")
-        why = f" ({status.reason})" if status.reason else ""
+        # (the reason of a job that left is the eviction's; of one that waits, the wait's)
+        why = f" ({status.reason})" if status.reason and left else ""
         if left:
             then = ("it left the queue; the pool submits a replacement" if pool.adaptive is None
                     else "it left the queue; adaptivity replaces it while the demand lasts")
@@ -210,7 +211,9 @@ class JobWatch:
         elif restarted:
             then = "it has already started again"
         else:
-            then = "it waits in the queue to start again and counts toward the target"
+            then = ("it waits in the queue to start again" + (
+                f" (now: {status.reason})" if status.reason else "")
+                + " and counts toward the target")
         logger.warning(
             "pool %s: job %s was %s by %s%s; %s. The tasks its worker was running are rerun "
             "elsewhere. Not a failure (%d eviction(s) in this pool so far).", pool.name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -269,12 +270,14 @@ def test_evaluator_style_sge_backend(sge_cell, staging) -> None:
 
 
 @pytest.mark.sge
-def test_a_rescheduled_task_is_pending_again_and_close_removes_it(sge_cell, staging) -> None:
+def test_a_rescheduled_task_is_pending_again_and_close_removes_it(sge_cell, staging,
+                                                                 caplog) -> None:
     """``qmod -rj`` of a running rerunnable worker task (as an admin, or a host failure):
     while it waits to run again (Rq) Grid Engine prints ``<job ids>`` in ``qstat -xml -j``,
     which made every query of the pool fail and left the job behind at close() (an audit).
     Now the pool keeps querying, reports the task pending with Grid Engine's reason, and
     close() removes it."""
+    caplog.set_level(logging.WARNING, logger="hybrid")
     settings = {"hybrid.batch.poll-interval": "0.5s"}
     with dask.config.set(settings):
         cluster = HybridCluster()
@@ -300,6 +303,10 @@ def test_a_rescheduled_task_is_pending_again_and_close_removes_it(sge_cell, stag
         wait_for(lambda: cluster.pool_status()["cpu"].jobs.get("pending"), 30,
                  "the pool to list the task pending")
         assert pool.query_error is None
+        # said as what Grid Engine did, an eviction (no failure), the wait's reason after it
+        said = [r.getMessage() for r in caplog.records if job_id in r.getMessage()
+                and "rescheduled (qmod -rj, or its host failed) by sge;" in r.getMessage()]
+        assert said and "it waits in the queue to start again (now: rescheduled" in said[0]
         cluster.close()
         wait_for(lambda: sge_jobs(name) == [], 60, "close() to remove the rescheduled task")
     finally:
