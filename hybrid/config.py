@@ -300,7 +300,32 @@ def staging_root() -> Path:
             "directives cannot quote them; Slurm reads %j in a log path as the job id)",
             "Choose a plain directory, e.g. ~/.cache/hybrid/jobs.",
         )
+    _check_shared_root(root)
     return root
+
+
+def _check_shared_root(root: Path) -> None:
+    """A staging root that exists is yours (or root's), and one other users may write to has
+    the sticky bit, as ``/tmp`` has: else another user could move a pool's directory away
+    and put their own in its place, and be handed the cluster's TLS key."""
+    import stat
+
+    from hybrid.errors import ConfigurationError
+
+    try:
+        info = root.stat()
+    except OSError:
+        return  # (made 0700 when the first pool stages its files)
+    field, mode = "hybrid.batch.staging-directory", stat.S_IMODE(info.st_mode)
+    if info.st_uid not in (os.geteuid(), 0):
+        raise ConfigurationError(field, str(root), f"a directory owned by you (uid "
+                                 f"{os.geteuid()}) or root, not by uid {info.st_uid}",
+                                 "Set it to a directory of your own, e.g. ~/.cache/hybrid/jobs.")
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        raise ConfigurationError(
+            field, str(root), f"a directory other users cannot write to, or one with the "
+            f"sticky bit as /tmp has (it has mode {mode:04o})",
+            f"chmod go-w {root}; or, if it is shared on purpose, chmod +t {root}.")
 
 
 def config_directory() -> Path:

@@ -64,7 +64,11 @@ def qsub_verify(script: str) -> dict[str, str]:
                             timeout=60, cwd="/tmp")
     assert result.returncode == 0, result.stdout + result.stderr
     before, _, after = result.stdout.partition("script_ptr:")
-    after = after.replace(script, "", 1)  # the script itself, printed verbatim
+    last = script.rstrip("\n").rsplit("\n", 1)[-1]  # (hybrid's own last line)
+    if script in after:  # the script itself, printed verbatim
+        after = after.replace(script, "", 1)
+    elif last in after:  # printed with a drawn value's odd characters changed: up to its end
+        after = after.rpartition(last)[2]
     fields: dict[str, str] = {}
     for line in (before + after).splitlines():
         key, colon, value = line.partition(":")

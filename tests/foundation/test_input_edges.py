@@ -266,3 +266,39 @@ def test_an_unquoted_yaml_lease_is_read_as_the_page_says(tmp_path) -> None:
                             env={**env, "DASK_CONFIG": str(tmp_path)}, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1440"
+
+
+# --------------------------------------------------------------------------- staging root
+@pytest.mark.parametrize("mode, refused", [(0o777, True), (0o775, True), (0o1777, False),
+                                           (0o755, False), (0o700, False)])
+def test_a_staging_root_others_may_write_to_needs_the_sticky_bit(tmp_path, mode,
+                                                                 refused) -> None:
+    """On a shared submit node another user who can write to the staging root could move a
+    pool's directory away and put their own in its place (and be handed the TLS key): such
+    a root is refused when the pool is added, unless it has the sticky bit (as /tmp)."""
+    root = tmp_path / "jobs"
+    root.mkdir()
+    root.chmod(mode)
+    with dask.config.set({"hybrid.batch.staging-directory": str(root)}):
+        if refused:
+            with pytest.raises(ConfigurationError) as caught:
+                PoolSpec.build("cpu", "local")
+            assert caught.value.field == "hybrid.batch.staging-directory"
+            assert "sticky" in str(caught.value) and f"chmod go-w {root}" in caught.value.fix
+        else:
+            assert PoolSpec.build("cpu", "local").system == "local"
+    assert list(root.iterdir()) == []
+
+
+def test_a_staging_root_of_another_user_is_refused(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "jobs"
+    root.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(root, 12345, 12345)  # another user's
+    else:  # (a contributor cannot chown: the directory is theirs, they appear as another)
+        owner = root.stat().st_uid
+        monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    with dask.config.set({"hybrid.batch.staging-directory": str(root)}), \
+            pytest.raises(ConfigurationError, match="owned by you") as caught:
+        PoolSpec.build("cpu", "local")
+    assert caught.value.field == "hybrid.batch.staging-directory"

@@ -532,7 +532,8 @@ def test_client_killed_workers_exit_jobs_leave_and_gc_removes_the_rest(
         "wait": {**short, "job_extra_directives": [real.never_starts]},  # never starts
     }
     if real.name == "htcondor":  # HTCondor removes a job older than its lease by itself
-        pools["lease"] = {**pools["wait"], "lease": LEASE}
+        # (no walltime: none may be longer than a lease given for the pool)
+        pools["lease"] = {**pools["wait"], "lease": LEASE, "walltime": None}
     ready = tmp_path / "ready.json"
     env = {**os.environ, "DASK_HYBRID__BATCH__STAGING_DIRECTORY": str(staging),
            "DASK_HYBRID__SCHEDULER__HOST": "127.0.0.1",
