@@ -55,34 +55,24 @@ def _scratch_of(client, name: str, seconds: float):
     return future, paths
 
 
+@pytest.mark.parametrize("ending", ["removed at work", "ended by itself"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_job_removed_at_work_leaves_no_scratch(kind, request, staging) -> None:
+def test_a_job_leaves_no_scratch(kind, ending, request, staging) -> None:
     use_pool(kind, request)
     name = f"hybrid-scratch-{uuid.uuid4().hex[:8]}"
+    removed = ending == "removed at work"
     with dask.config.set(QUICK), HybridCluster() as cluster:
         cluster.add_pool("w", kind, nanny=False, **options(kind))
         cluster.scale(1, wait=True, timeout=180)
         with cluster.get_client(set_as_default=False) as client:
-            future, paths = _scratch_of(client, name, 600)
-            [job] = active_jobs(cluster, "w")
-            cluster.pools["w"].system.remove([job])  # as scancel/qdel: the job ends at work
+            future, paths = _scratch_of(client, name, 600 if removed else 0)
+            if removed:  # as scancel/qdel: the job ends at work
+                [job] = active_jobs(cluster, "w")
+                cluster.pools["w"].system.remove([job])
+            else:
+                assert future.result(timeout=60) == paths
+                del future  # (a worker holding the only copy of a result is not retired)
+                cluster.scale(0)  # the worker retires; its job ends by itself
+                wait_for(lambda: not active_jobs(cluster, "w"), 120, "the job to end")
             wait_for(lambda: not any(os.path.exists(p) for p in paths), 60,
-                     f"the removed job's scratch to go: {paths}")
-            del future
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_job_that_ends_by_itself_leaves_no_scratch(kind, request, staging) -> None:
-    use_pool(kind, request)
-    name = f"hybrid-scratch-{uuid.uuid4().hex[:8]}"
-    with dask.config.set(QUICK), HybridCluster() as cluster:
-        cluster.add_pool("w", kind, nanny=False, **options(kind))
-        cluster.scale(1, wait=True, timeout=180)
-        with cluster.get_client(set_as_default=False) as client:
-            future, paths = _scratch_of(client, name, 0)
-            assert future.result(timeout=60) == paths
-            del future  # (a worker holding the only copy of a result is not retired)
-            cluster.scale(0)  # the worker retires; its job ends by itself
-            wait_for(lambda: not active_jobs(cluster, "w"), 120, "the job to end")
-            wait_for(lambda: not any(os.path.exists(p) for p in paths), 60,
-                     f"the ended job's scratch to go: {paths}")
+                     f"the job's scratch to go ({ending}): {paths}")
