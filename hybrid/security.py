@@ -229,7 +229,7 @@ def dashboard_listen(dashboard_address: str | int | bool | None,
     default); ``"HOST:PORT"``: there; ``":PORT"`` or a bare port (``8787``, ``"8787"``): that
     port on the scheduler's host (every interface when it has none); ``None``/``False``: no
     dashboard (the scheduler's HTTP routes, health and metrics, still answer, on loopback
-    only). Checked as the configuration key is (:func:`hybrid.fields.listen_address`), a bad
+    only). Checked as the configuration key is (``hybrid.fields.listen_address``), a bad
     value a :class:`ConfigurationError` naming ``field``. A dashboard's port 0 becomes a
     free port browsers open (:func:`browsable`).
     """
