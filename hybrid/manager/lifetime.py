@@ -108,10 +108,37 @@ class Lifetimes:
             logger.info("pool %s: %d job(s) reach the end of their lifetime within %.0f s: "
                         "%s; their replacements go out now", pool.name, len(retiring),
                         lead, short_ids(list(retiring)))
-        due = list(dict.fromkeys(entry[1] for entry in self._due(pool, pool._to_drain, now)
-                                 if entry[1] not in pool._drained))
+        entries = [e for e in self._due(pool, pool._to_drain, now) if e[1] not in pool._drained]
+        if entries and not restart:
+            entries = await self._keep_a_receiver(pool, entries, now)
+        due = list(dict.fromkeys(entry[1] for entry in entries))
         if due:
             await self.drain(pool, due, restart=restart)
+
+    async def _keep_a_receiver(self, pool: ManagedPool, entries: list[tuple[float, str, float]],
+                               now: float) -> list[tuple[float, str, float]]:
+        """The drain entries to act on now. A draining worker moves its results to another
+        worker: where none would be left (every other one drains too, and the replacements
+        wait for the very slots these workers hold: a full partition), the last of them waits
+        for one to join, until half its time between the drain and its own ``--lifetime``
+        is gone (its entry goes back on the heap). Else both would leave with their results
+        and the graph would compute them again."""
+        live = await self.live_workers()  # type: ignore[attr-defined]
+        connected = await self.pool_workers(pool, live)  # type: ignore[attr-defined]
+        leaving = {a for j in {*pool._drained, *(e[1] for e in entries)}
+                   for a in connected.get(j, ())}
+        if set(live) - leaving:
+            return entries
+        drain_at, job_id, started = entries[-1]
+        deadline = pool.spec.worker_deadline_seconds()
+        if deadline is None or now >= drain_at + (started + deadline - drain_at) / 2:
+            return entries
+        if job_id not in pool._kept_back:
+            pool._kept_back.add(job_id)
+            logger.info("pool %s: the worker of job %s waits to drain until another worker "
+                        "can take its results (its replacement is queued)", pool.name, job_id)
+        heapq.heappush(pool._to_drain, entries[-1])
+        return entries[:-1]
 
     @staticmethod
     def _due(pool: ManagedPool, heap: list[tuple[float, str, float]], until: float,

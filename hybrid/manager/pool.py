@@ -293,6 +293,7 @@ class ManagedPool:
         #: Jobs whose workers were told to drain; retiring jobs that were evicted (their
         #: replacements are on the way: they are removed).
         self._drained: set[str] = set()
+        self._kept_back: set[str] = set()  # (drains held for a receiver, said once)
         self._unneeded: set[str] = set()
         #: When the pool's jobs were last reconciled with its system (manager clock), and
         #: how many were in each state then.
@@ -393,6 +394,7 @@ class ManagedPool:
                        self.retiring, self.stuck, self._drain_times, self._connected_at):
             record.pop(job_id, None)
         self._drained.discard(job_id)
+        self._kept_back.discard(job_id)
         self._unneeded.discard(job_id)
 
     def job_id_of_worker(self, worker_name: str) -> str | None:

@@ -179,6 +179,38 @@ def test_htcondor_reports_its_concurrency_limit_and_a_vacated_job_is_an_eviction
     assert condor_jobs(cluster.name) == []
 
 
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_on_a_full_partition_workers_drain_one_after_another_and_no_task_is_recomputed(
+        slurm_cluster, staging, caplog) -> None:  # (before: KilledWorker, or tasks rerun)
+    """Both slots of the busy partition held by the pool's two workers, which reach their
+    lifetimes within seconds of each other: their replacements wait for those very slots.
+    The second worker waits to drain until another worker can take its results (the first's
+    replacement), instead of both leaving with their results (32 of 70 tasks ran again in
+    an audit)."""
+    caplog.set_level(logging.INFO, logger="hybrid")
+    # (no stagger and a slow poll: both are due at the same look, as jobs that started
+    # together are on a busy facility)
+    with dask.config.set({"hybrid.batch.poll-interval": "4s"}), HybridCluster() as cluster:
+        pool = cluster.add_pool("cpu", "slurm", cores=1, memory="256 MiB", walltime="00:01",
+                                nanny=False, queue=BUSY, lifetime_stagger="0s")
+        cluster.scale(2)
+        cluster.wait_for_workers(2, timeout=120, progress=False)
+        with cluster.get_client() as client:
+            futures = client.map(recorded_work, range(70), [2.0] * 70, pure=False)
+            total = client.submit(sum, futures)  # needs every result at the end
+            assert total.result(timeout=300) == sum(range(70))
+            runs = runs_per_key(client)
+        assert len(runs) == 70 and set(runs.values()) == {1}, {
+            k: n for k, n in runs.items() if n > 1}  # nothing ran twice
+        assert pool.failures == 0
+    # (when both were due at the same look, the second waited to drain: said once; when
+    # a poll fell between them, the first's results went to the second, as before)
+    said = [r.getMessage() for r in caplog.records if "waits to drain" in r.getMessage()]
+    assert len(said) <= 1, said
+    assert slurm_jobs(cluster.name) == []
+
+
 @pytest.mark.alongside  # (its own jobs, the default partition, no slot limit)
 @pytest.mark.slurm
 @pytest.mark.htcondor

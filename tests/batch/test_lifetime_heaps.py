@@ -66,7 +66,10 @@ def test_the_heaps_decide_what_a_look_at_every_job_decides(seed: int, restart: b
             pool.jobs.pop(job_id, None)
             pool.forget(job_id)
 
-    manager.drain, manager.remove = drain, remove
+    async def all_drain(pool, entries, now):  # (another worker always takes the results)
+        return entries
+
+    manager.drain, manager.remove, manager._keep_a_receiver = drain, remove, all_drain
     names = iter(range(10**6))
     seen = {"retiring": 0, "due": 0}
     for _ in range(400):
@@ -146,3 +149,39 @@ def test_the_change_log_records_every_way_a_key_changes() -> None:
     kept = set(log)
     log.clear()
     assert log.take_changes() == kept and not log
+
+
+def test_the_last_worker_due_waits_to_drain_until_another_can_take_its_results(caplog) -> None:
+    """Two workers due at the same look and no other worker in the cluster (a full
+    partition: their replacements wait for their slots): the first drains, the second's
+    entry goes back on the heap until a worker joins, or until half its time between the
+    drain and its own --lifetime is gone. The scheduler's view is a TEST DOUBLE."""
+    manager = PoolManager("c1", Connection("tcp://127.0.0.1:1"), None)
+    spec = PoolSpec.build("cpu", "local", cores=1, nanny=False, walltime="01:00",
+                          lifetime="1800s", lifetime_stagger="0s")
+    pool = manager.add(spec, get_system("local"))
+    live = {"tls://a:1": {}, "tls://b:1": {}}
+    workers = {"j1": ("tls://a:1",), "j2": ("tls://b:1",)}
+
+    async def live_workers():
+        return dict(live)
+
+    async def pool_workers(pool, live=None, names=None):
+        return {j: a for j, a in workers.items() if a[0] in (live or {})}
+
+    manager.live_workers, manager.pool_workers = live_workers, pool_workers
+    entries = [(1800.0, "j1", 0.0), (1800.0, "j2", 0.0)]
+    keep = manager._keep_a_receiver
+    caplog.set_level("INFO", logger="hybrid")
+    assert asyncio.run(keep(pool, list(entries), 1800.0)) == entries[:1]
+    assert pool._to_drain == [entries[1]]  # (back on the heap, for a later look)
+    pool._drained.add("j1")  # (as the drain of the first does)
+    assert asyncio.run(keep(pool, [entries[1]], 1805.0)) == []
+    assert caplog.text.count("waits to drain until another worker") == 1  # said once
+    pool._to_drain.clear()
+    live["tls://c:1"] = {}  # its replacement joined: it drains now
+    assert asyncio.run(keep(pool, [entries[1]], 1810.0)) == [entries[1]]
+    del live["tls://c:1"]
+    deadline = spec.worker_deadline_seconds()
+    late = 1800.0 + (deadline - 1800.0) / 2
+    assert asyncio.run(keep(pool, [entries[1]], late)) == [entries[1]]  # no longer
