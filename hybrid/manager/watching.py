@@ -152,6 +152,7 @@ class JobWatch:
             pool._starts[job_id] = new.starts
         if new.state is JobState.running:
             pool._first_pending.pop(job_id, None)
+            pool.stuck.pop(job_id, None)  # (should it wait again, its long wait is said again)
             if not was_started:
                 pool._started[job_id] = now
                 submitted = pool._submitted.get(job_id)  # kept until its worker connects

@@ -383,6 +383,36 @@ def test_jobs_queued_longer_than_the_stuck_timeout_are_reported_whenever_they_fi
     assert len(reports) == 3 and "2 job(s)" in reports[0], reports
 
 
+def test_a_job_that_waits_again_after_an_eviction_is_reported_stuck_again(caplog) -> None:
+    """A job reported as queued too long, which then ran and was evicted, and waits again
+    for longer than the stuck timeout, is reported again (it was said only the first time)."""
+    import dask
+
+    from hybrid.batch import JobState, JobStatus, get_system
+    from hybrid.manager import PoolManager
+    from hybrid.worker import Connection
+
+    manager = PoolManager("c1", Connection("tcp://127.0.0.1:1"), None)
+    pool = manager.add(PoolSpec.build("cpu", "local", cores=1, nanny=False),
+                       get_system("local"))
+    pool.track([JobStatus("job.0", JobState.pending, None, "c1", "cpu")])
+
+    def seen(state: JobState, reason: str | None, now: float) -> None:
+        new = JobStatus("job.0", state, reason, "c1", "cpu")
+        manager._observe(pool, pool.jobs["job.0"], new, now)
+        pool.jobs["job.0"] = new
+
+    with dask.config.set({"hybrid.batch.stuck-timeout": "15s"}), caplog.at_level("WARNING"):
+        seen(JobState.pending, "Resources", 0.0)
+        manager._report_pending(pool, 20.0)
+        seen(JobState.running, None, 25.0)
+        seen(JobState.pending, "Priority", 30.0)  # evicted: it waits again
+        manager._report_pending(pool, 40.0)  # (10 s: not yet)
+        manager._report_pending(pool, 50.0)
+    reports = [r.getMessage() for r in caplog.records if "queued for more than" in r.getMessage()]
+    assert len(reports) == 2 and "Priority" in reports[1], reports
+
+
 def test_a_pools_workers_follow_the_scheduler_as_workers_come_go_and_reuse_addresses() -> None:
     """``workers_by_job`` (which keeps the names it resolved) answers, after every change of
     the scheduler's workers, what a fresh look would: workers that join or leave, a new
