@@ -63,25 +63,32 @@ def _bindings():
     return htcondor2
 
 
+def ad_text(ad: Any, key: str) -> str:
+    """A job ad's string attribute, stripped; ``""`` where it is missing or not a string
+    (``classad2.Value.Undefined`` is an int enum that is true and reads as "2": a policy's
+    hold reason that does not evaluate leaves ``HoldReason`` undefined)."""
+    value = ad.get(key)
+    return value.strip() if isinstance(value, str) else ""
+
+
 def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
     """Map a job ad's JobStatus (and hold/remove/exit details) to a state and a reason."""
     status, named = int(ad.get("JobStatus", 0)), _bindings().JobStatus
     if status == named.HELD:
         if int(ad.get("HoldReasonCode", 0) or 0) == _SPOOLING_HOLD_CODE:
             return JobState.pending, "spooling input files"
-        reason = str(ad.get("HoldReason") or "").strip()  # (empty: a hold without one)
+        reason = ad_text(ad, "HoldReason")  # (empty: a hold without one)
         by_user = int(ad.get("HoldReasonCode", 0) or 0) == 1  # UserRequest: condor_hold
         return JobState.held, reason or ("held by a user (condor_hold), no reason given"
                                          if by_user else "held, no reason given")
     if status in (named.IDLE, named.SUSPENDED):
         # the negotiator's word on why it did not match ("concurrency limit ... reached")
-        why = str(ad.get("LastRejMatchReason") or "").strip()
-        return JobState.pending, why or None
+        return JobState.pending, ad_text(ad, "LastRejMatchReason") or None
     if status in (named.RUNNING, named.TRANSFERRING_OUTPUT):
         return JobState.running, None
     if status == named.REMOVED:  # still in the queue, its processes may still be stopping
         return (JobState.removing if in_queue else JobState.removed,
-                str(ad.get("RemoveReason", "removed")))
+                ad_text(ad, "RemoveReason") or "removed")
     if status == named.COMPLETED:
         code = ad.get("ExitCode")
         if ad.get("ExitBySignal"):
@@ -534,9 +541,9 @@ class HTCondor(BatchSystem):
         # the negotiator notes why it did not match on one job of a group of alike jobs:
         # the idle jobs of the same submission wait for the same reason
         idle = int(_bindings().JobStatus.IDLE)
-        idle_reason = {ad["ClusterId"]: str(ad["LastRejMatchReason"]).strip() for ad in ads
+        idle_reason = {ad["ClusterId"]: ad_text(ad, "LastRejMatchReason") for ad in ads
                        if int(ad.get("JobStatus", 0)) == idle
-                       and ad.get("LastRejMatchReason")}
+                       and ad_text(ad, "LastRejMatchReason")}
         for ad, in_queue in [(ad, True) for ad in ads] + [(ad, False) for ad in ended]:
             job_id = f"{ad['ClusterId']}.{ad['ProcId']}"
             if wanted is not None and job_id not in wanted:

@@ -24,7 +24,7 @@ import pytest
 
 from benchmarks import realpools
 from hybrid import HybridCluster
-from hybrid.batch import WorkerJob, get_system
+from hybrid.batch import JobState, WorkerJob, get_system
 from hybrid.errors import ConfigurationError
 from hybrid.pools import PoolSpec
 from hybrid.worker import Connection, TLSFiles
@@ -255,3 +255,24 @@ def test_reschedule_after_submit_is_rate_limited_per_schedd(monkeypatch) -> None
                                                    htcondor._rescheduled.items()})
     limited._reschedule(schedd)
     assert schedd.calls == 3
+
+
+def test_an_undefined_reason_in_a_job_ad_is_no_reason_not_the_text_2() -> None:
+    """A site's periodic_hold whose reason does not evaluate leaves ``HoldReason``
+    undefined; the bindings give ``classad2.Value.Undefined``, an int enum that is true and
+    reads "2": every view showed the hold reason "2" (an audit). Real ClassAds."""
+    import classad2
+
+    from hybrid.batch.htcondor import condor_state
+
+    held = classad2.ClassAd({"JobStatus": 5, "HoldReasonCode": 3})
+    held["HoldReason"] = classad2.ExprTree("undefined")
+    assert condor_state(held) == (JobState.held, "held, no reason given")
+    idle = classad2.ClassAd({"JobStatus": 1})
+    idle["LastRejMatchReason"] = classad2.ExprTree("undefined")
+    assert condor_state(idle) == (JobState.pending, None)
+    removed = classad2.ClassAd({"JobStatus": 3})
+    removed["RemoveReason"] = classad2.ExprTree("undefined")
+    assert condor_state(removed, in_queue=False) == (JobState.removed, "removed")
+    named = classad2.ClassAd({"JobStatus": 5, "HoldReason": " over the memory policy "})
+    assert condor_state(named) == (JobState.held, "over the memory policy")
