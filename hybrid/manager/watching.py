@@ -14,6 +14,7 @@ that gave up removes its pending jobs and fails the tasks no other pool runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -225,8 +226,12 @@ class JobWatch:
         a site's policy): it never ran, so it is no failure; the pool replaces it, as it
         does a running job removed from outside."""
         pool.removed_waiting += 1
-        why = f" ({status.reason})" if status.reason and status.reason != GONE else (
+        known = bool(status.reason) and status.reason != GONE
+        why = f" ({status.reason})" if known else (
             ", with no record of how (scancel, qdel, condor_rm or a site policy?)")
+        _replace_ended(pool, dataclasses.replace(
+            status, state=JobState.removed,
+            reason=status.reason if known else "removed while it waited, not by hybrid"))
         then = ("the pool submits a replacement" if pool.adaptive is None else
                 "adaptivity replaces it while the demand lasts")
         logger.warning(
@@ -257,6 +262,7 @@ class JobWatch:
             elif record is None or record.state is JobState.removed:
                 self._removed_waiting(pool, record or status)
             else:
+                _replace_ended(pool, record)  # (how it ended, for the views)
                 self._failure(pool, pool.describe_end(record))
 
     def _ended_with_worker(self, pool: ManagedPool, status: JobStatus) -> None:
@@ -354,3 +360,13 @@ class JobWatch:
             pool._last_logged = key
             if logger.isEnabledFor(logging.INFO):
                 logger.info("%s", pool.status(self.clock()).summary())
+
+
+def _replace_ended(pool: ManagedPool, status: JobStatus) -> None:
+    """Put what became known of how a job ended in place of its first entry in
+    ``pool.ended`` (the views show it: a job removed while it waited is not "finished")."""
+    for i, ended in enumerate(pool.ended):
+        if ended.job_id == status.job_id:
+            pool.ended[i] = status
+            return
+    pool.ended.append(status)

@@ -72,4 +72,7 @@ def test_waiting_jobs_removed_from_outside_are_replaced_and_no_failure(
         assert pool.failed is None and pool.failures == 0, pool.failed
         assert pool.removed_waiting == REMOVALS
         assert pool.submit_calls == 1 + REMOVALS
+        # the views show them removed, not "finished" (pool.ended feeds the Pools page)
+        ended = {s.job_id: s for s in pool.ended}
+        assert {ended[j].state.value for j in removed} == {"removed"}, [ended[j] for j in removed]
         assert not [r for r in caplog.records if "gives up" in r.getMessage()]
