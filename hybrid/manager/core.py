@@ -366,7 +366,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         workers, where the caller has them)."""
         live = await self.live_workers() if live is None else live
         out = pool.workers_by_job(live, names)
-        pool._connected_now = frozenset(out)
+        pool._connected_now = {job_id: len(addresses) for job_id, addresses in out.items()}
         await self._note_connected(pool, out)
         return out
 

@@ -103,11 +103,15 @@ class PoolStatus:
         if self.evictions:
             text += f"; {self.evictions} evicted so far"
         if self.fallback:
-            text += (f"; falls back to {self.fallback} after "
-                     f"{_duration(self.fallback_after or 0)} pending")
+            text += f"; {self.fallback_words()}"
         if self.failed:
             text += f"; gave up: {self.failed}"
         return text
+
+    def fallback_words(self) -> str:
+        """``"falls back to fast after 5 min pending"`` (``""`` without a fallback)."""
+        return (f"falls back to {self.fallback} after {_duration(self.fallback_after or 0)} "
+                "pending") if self.fallback else ""
 
 
 def _duration(seconds: float) -> str:
@@ -313,8 +317,8 @@ class ManagedPool:
         #: have (another pool's); a name of this pool whose job is not tracked is not kept.
         self._by_name: dict[str, str] = {}
         self._connected: set[str] = set()  # (jobs whose worker ever connected)
-        #: The jobs whose workers are connected now (as of the manager's last look).
-        self._connected_now: frozenset[str] = frozenset()
+        #: How many workers of each job are connected now (as of the manager's last look).
+        self._connected_now: dict[str, int] = {}
         #: When each job's worker first connected (manager clock).
         self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
@@ -513,7 +517,7 @@ class ManagedPool:
         return PoolStatus(
             name=self.name, system=self.system.name, resource=self.resource,
             target=self.target, jobs=counts, reasons=reasons,
-            connected=len(self._connected_now & self.jobs.keys()),
+            connected=sum(n for j, n in self._connected_now.items() if j in self.jobs),
             adaptive=None if adaptive is None else (adaptive.minimum, adaptive.maximum),
             failed=self.failed, retiring=sum(1 for j in self.retiring if j in self.jobs),
             evictions=self.evictions,

@@ -49,6 +49,8 @@ class PoolRow:
         for state, reasons in self.status.reasons.items():
             parts.append(f"{state}: " + ", ".join(f"{reason} ({count})"
                                                   for reason, count in reasons.items()))
+        if self.status.fallback:  # (as the summary says it)
+            parts.append(self.status.fallback_words())
         return "; ".join(parts)
 
 
@@ -65,9 +67,15 @@ def describe_resources(pool: ManagedPool) -> str:
     return f"{pool.resource}: " + ", ".join(parts)
 
 
-def pool_rows(pools: Mapping[str, ManagedPool]) -> list[PoolRow]:
-    """A row per pool, as of the pools' last refresh (no batch system is asked)."""
-    return [PoolRow(pool.status(), describe_resources(pool)) for pool in pools.values()]
+def pool_rows(pools: Mapping[str, ManagedPool], manager: Any = None) -> list[PoolRow]:
+    """A row per pool, as of the pools' last refresh (no batch system is asked), with the
+    pool its demand falls back to where ``manager`` has an order of preference."""
+    def status(pool: ManagedPool) -> Any:
+        if manager is None:
+            return pool.status()
+        return pool.status(manager.clock(), manager.preferences.fallback_of(pool.name))
+
+    return [PoolRow(status(pool), describe_resources(pool)) for pool in pools.values()]
 
 
 def _cell(value: Any, css: str = "") -> str:
@@ -144,4 +152,6 @@ def cluster_repr_html(cluster: Any) -> str:
     address = getattr(cluster, "scheduler_address", None)
     return cluster_html(type(cluster).__name__, str(cluster.name), _status_name(cluster),
                         getattr(cluster, "dashboard_link", None) or None,
-                        str(address) if address else None, pool_rows(pools), workers)
+                        str(address) if address else None,
+                        pool_rows(pools, getattr(cluster, "manager", None)
+                                  or getattr(cluster, "_pools", None)), workers)

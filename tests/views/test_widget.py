@@ -87,3 +87,33 @@ def test_the_html_repr_escapes_and_needs_no_ipywidgets(staging) -> None:
     assert "<h3 style='margin-top:0'>HybridCluster repr-test</h3>" in page
     assert "data-pool='cpu'" in page and "/pools" in page
     assert "ipywidgets" not in page and "<script" not in page
+
+
+def test_every_view_shows_the_workers_and_the_fallback_as_pool_status_does(staging) -> None:
+    """The notebook table and the Pools page show what ``pool_status()`` says: the workers
+    connected (a job of two worker processes counts two; the table counted jobs), and the
+    pool the demand falls back to (left out of both)."""
+    from hybrid.dashboard import POOLS_METADATA_KEY
+
+    with HybridCluster() as cluster:
+        cluster.add_pool("batch", "local", nanny=True, processes=2, cores=2)
+        cluster.add_pool("fast", "local", nanny=False)
+        cluster.prefer(["batch", "fast"], fallback_after="5 minutes")
+        cluster.scale(1, pool="batch")
+        cluster.wait_for_workers(2, pool="batch", timeout=120, progress=False)
+        wait_for(lambda: cluster.pool_status()["batch"].connected == 2, 30,
+                 "pool_status to count both workers of the job")
+        status = cluster.pool_status()["batch"]
+        assert status.fallback is not None and "falls back to fast" in status.summary()
+        table = cluster._repr_html_()
+        assert "falls back to fast after 5 min pending" in table
+        assert re.search(r"<td[^>]*>2</td>", table), table  # the workers column: 2
+
+        def page() -> dict:
+            with cluster.get_client(set_as_default=False) as client:
+                return (client.get_metadata([POOLS_METADATA_KEY], default=None) or {}).get(
+                    "pools", {}).get("batch", {})
+
+        wait_for(lambda: page().get("fallback") is not None, 30,
+                 "the Pools page's snapshot to carry the fallback")
+        assert "falls back to fast" in page()["summary"]
