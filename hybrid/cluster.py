@@ -468,26 +468,26 @@ class HybridCluster(ClusterViews, Cluster):
 
     # ------------------------------------------------------------------ scaling
     def scale(self, n: int | None = None, pool: str | None = None, *, wait: bool = False,
-              timeout: Any = None, **kwargs: Any) -> Any:
+              timeout: Any = None, progress: bool | str | None = None, **kwargs: Any) -> Any:
         """Set ``pool``'s target to ``n`` workers (jobs): submit the missing, retire the
         surplus. Pending jobs count toward the target, so repeating a call never
         over-submits; a pool that loses jobs is refilled to its target.
 
         ``wait=True`` then waits for the jobs' workers (at most ``timeout``), showing
-        progress per pool as :meth:`wait_for_workers` does."""
+        progress per pool as :meth:`wait_for_workers` does (``progress`` as there)."""
         self._check_open()
         if n is None:
             n = kwargs.pop("jobs", None)
         if kwargs:
-            raise ConfigurationError("scale", sorted(kwargs),
-                                     "scale(n, pool=None, wait=False, timeout=None)")
+            raise ConfigurationError("scale", sorted(kwargs), "scale(n, pool=None, wait=False, "
+                                     "timeout=None, progress=None)")
         n = validate_value(WORKERS, n, "scale.n")
         if timeout is not None:
             timeout = validate_value(Interval, timeout, "scale.timeout")
         target = self.pool(pool)
         if target.adaptive is not None:
             target.adaptive.stop()
-        return self.sync(scale_and_wait, self._manager(), target, n, wait, timeout)
+        return self.sync(scale_and_wait, self._manager(), target, n, wait, timeout, progress)
 
     def adapt(self, pool: str | None = None, minimum: int = 0, maximum: int = 10,
               interval: Any = "2s", wait_count: int = 3, Adaptive: type | None = None,

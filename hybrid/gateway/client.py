@@ -351,20 +351,22 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         else the gateway's own workers (exactly ``GatewayCluster.scale``). ``wait=True``
         (batch pools) then waits for their workers, at most ``timeout``, with progress."""
         self._check_open()
-        if self._pools is None and pool is None and not {"wait", "timeout"} & set(kwargs):
+        if self._pools is None and pool is None and not {"wait", "timeout",
+                                                         "progress"} & set(kwargs):
             return super().scale(n, **kwargs)
         wait, timeout = kwargs.pop("wait", False), kwargs.pop("timeout", None)
+        progress = kwargs.pop("progress", None)
         if kwargs:
-            raise ConfigurationError("scale", sorted(kwargs),
-                                     "scale(n, pool=None, wait=False, timeout=None)")
+            raise ConfigurationError("scale", sorted(kwargs), "scale(n, pool=None, wait=False, "
+                                     "timeout=None, progress=None)")
         from hybrid.fields import validate_value
         from hybrid.manager.waiting import WORKERS
 
         n = validate_value(WORKERS, n, "scale.n")
-        return self.gateway.sync(self._scale, n, pool, wait, timeout)
+        return self.gateway.sync(self._scale, n, pool, wait, timeout, progress)
 
     async def _scale(self, n: int, pool: str | None, wait: bool = False,
-                     timeout: Any = None) -> None:
+                     timeout: Any = None, progress: Any = None) -> None:
         from hybrid.manager.waiting import scale_and_wait
 
         manager = self._manager()
@@ -373,7 +375,7 @@ class HTCGatewayCluster(ClusterViews, GatewayCluster):
         if target.adaptive is not None:
             target.adaptive.stop()
         try:
-            await scale_and_wait(manager, target, n, wait, timeout)
+            await scale_and_wait(manager, target, n, wait, timeout, progress)
         finally:
             await self._note_submitted(target)
 

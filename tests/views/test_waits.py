@@ -28,6 +28,17 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+def test_scale_with_wait_takes_progress_as_wait_for_workers_does(staging, capsys) -> None:
+    """``scale(..., wait=True, progress=...)``, as docs/views.md offers (it was refused)."""
+    with HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        cluster.scale(1, pool="cpu", wait=True, timeout=60, progress=False)
+        assert len(cluster.connected_workers("cpu")) == 1
+        assert "workers (cpu)" not in capsys.readouterr().err  # nothing shown
+        cluster.scale(2, pool="cpu", wait=True, timeout=60, progress="lines")
+        assert "workers (cpu): 2/2 connected in" in capsys.readouterr().err
+
+
 def test_scale_with_wait_returns_once_the_workers_joined_and_shows_progress(
         staging, capsys) -> None:
     with HybridCluster() as cluster:
