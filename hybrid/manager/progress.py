@@ -181,6 +181,11 @@ class WaitProgress:
             if outcome == "done":
                 self._write(f"workers ({self.label}): {self.have}/{self.n} connected in "
                             f"{_seconds(self.elapsed)}\n")
+            elif outcome == "interrupted":  # where it was: the count and each pool's jobs
+                self._write("".join(f"{row}\n" for row in [
+                    f"workers ({self.label}): interrupted at {max(self.have, 0)}/{self.n} "
+                    f"after {_seconds(self.elapsed)}",
+                    *(f"  {line}" for line in self._pool_lines.values())]))
         elif self.mode == "lines":
             if outcome == "done":
                 self._write_line(f"workers ({self.label}): {self.have}/{self.n} connected in "

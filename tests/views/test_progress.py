@@ -83,6 +83,20 @@ def test_the_terminal_bar_redraws_every_change_in_place() -> None:
     assert out.getvalue().endswith("workers (gpu): 3/3 connected in 5 s\n")
 
 
+def test_the_terminal_bar_interrupted_says_where_the_wait_was() -> None:
+    """Ctrl-C during a wait in a terminal: the bar is cleared, and what stays says where the
+    wait was (the count and each pool's jobs), as docs/views.md promises; it left nothing."""
+    clock, out = Clock(), io.StringIO()
+    display = WaitProgress(3, "gpu", "bar", out, clock=clock)
+    display.update(1, {"gpu": _status(2, 1, "Resources")}, {"gpu": 1})
+    clock.now += 7
+    display.close("interrupted")
+    after = out.getvalue().rsplit("\x1b[J", 1)[-1]  # (what the terminal shows after clearing)
+    assert after == ("workers (gpu): interrupted at 1/3 after 7 s\n"
+                     "  pool gpu (htcondor): 2 pending (Resources: 2), 1 running; target 3; "
+                     "1 worker connected\n"), after
+
+
 def test_plain_lines_for_logs_say_each_change_once_without_control_characters() -> None:
     clock, out = Clock(), io.StringIO()
     display = WaitProgress(2, "all pools", "lines", out, clock=clock)
