@@ -105,8 +105,8 @@ def _whole_number(value: Any) -> Any:
 BatchWord = Annotated[str, BeforeValidator(_pattern(
     r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}",
     "one word from A-Z a-z 0-9 . _ @ + -, starting with a letter or digit")),
-    BeforeValidator(lambda v: v if isinstance(v, bool) else str(_whole_number(v)) if (
-        isinstance(v, numbers.Integral)) else v)]
+    BeforeValidator(lambda v: str(int(v)) if isinstance(v, numbers.Integral) and not (
+        isinstance(v, bool)) else v)]
 #: A Grid Engine resource (complex) or parallel environment name: ``h_vmem``, ``smp``.
 _RESOURCE_RULE = ("a name from A-Z a-z 0-9 _ . -, starting with a letter or _ (a Grid Engine "
                   "resource or parallel environment)")

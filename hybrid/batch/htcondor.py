@@ -75,12 +75,12 @@ def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
     """Map a job ad's JobStatus (and hold/remove/exit details) to a state and a reason."""
     status, named = int(ad.get("JobStatus", 0)), _bindings().JobStatus
     if status == named.HELD:
-        if int(ad.get("HoldReasonCode", 0) or 0) == _SPOOLING_HOLD_CODE:
+        code = int(ad.get("HoldReasonCode", 0) or 0)
+        if code == _SPOOLING_HOLD_CODE:
             return JobState.pending, "spooling input files"
-        reason = ad_text(ad, "HoldReason")  # (empty: a hold without one)
-        by_user = int(ad.get("HoldReasonCode", 0) or 0) == 1  # UserRequest: condor_hold
-        return JobState.held, reason or ("held by a user (condor_hold), no reason given"
-                                         if by_user else "held, no reason given")
+        return JobState.held, ad_text(ad, "HoldReason") or (  # (empty: a hold without one)
+            "held by a user (condor_hold), no reason given" if code == 1  # UserRequest
+            else "held, no reason given")
     if status in (named.IDLE, named.SUSPENDED):
         # the negotiator's word on why it did not match ("concurrency limit ... reached")
         return JobState.pending, ad_text(ad, "LastRejMatchReason") or None

@@ -67,7 +67,7 @@ _SUSPENDED = {"s": "suspended (qmod -sj)", "S": "suspended with its queue (qmod 
 _MESSAGE_PREFIX = re.compile(r"^\d\d/\d\d/\d{4} \d\d:\d\d:\d\d \[[^\]]*\]: ")
 #: A tag whose name has spaces (``<job ids>``): words only, no attribute, no quote.
 _SPACED_TAG = re.compile(r"<(/?)([A-Za-z_][\w.-]*(?:[ \t]+[A-Za-z_][\w.-]*)+)[ \t]*(/?)>")
-_warned: set[str] = set()  # the tools whose documents were salvaged (said once)
+_warned: set[str] = set()  # the commands whose documents were salvaged (said once)
 logger = logging.getLogger("hybrid")
 
 
@@ -123,11 +123,11 @@ def _xml(out: str, what: str) -> ET.Element | None:
         return ET.fromstring(_SPACED_TAG.sub(lambda m: f"<{m[1]}{'_'.join(m[2].split())}{m[3]}>",
                                              out))
     except ET.ParseError as error:  # (what the repair left; it keeps the lines)
-        return _salvaged(out, BatchError(f"{what} printed something that is not XML ({error}): "
-                                         f"{out[:200]!r}"))
+        return _salvaged(out, what, BatchError(
+            f"{what} printed something that is not XML ({error}): {out[:200]!r}"))
 
 
-def _salvaged(out: str, error: BatchError) -> ET.Element:
+def _salvaged(out: str, what: str, error: BatchError) -> ET.Element:
     """A document not XML even repaired, read job by job (from one ``JB_job_number`` to the
     next) by the tags of what hybrid needs; ``error`` if a job lacks its number, name, state."""
     listing = re.search(r"<job_list[\s>]", out) is not None
@@ -146,8 +146,8 @@ def _salvaged(out: str, error: BatchError) -> ET.Element:
             raise error
     if not len(jobs):
         raise error
-    if str(error)[:20] not in _warned:  # ("qstat -xml printed", "qstat -xml -j printed")
-        _warned.add(str(error)[:20])
+    if what not in _warned:
+        _warned.add(what)
         logger.warning("%s; read job by job by its tags (the reasons of waiting and held jobs "
                        "may be missing)", error)
     return root

@@ -110,7 +110,7 @@ class PoolsPublisher:
         pools: dict[str, Any] = {}
         for pool in list(manager.pools.values()):
             by_job = await manager.pool_workers(pool, live) if live is not None else {}
-            status = pool.status(manager.clock(), manager.preferences.fallback_of(pool.name))
+            status = manager.status_of(pool)
             workers = sum(len(a) for a in by_job.values())
             jobs = sorted(pool.jobs.values(), key=lambda s: (_ORDER.get(s.state, 9), s.job_id))
             rows = [{"job_id": s.job_id, "state": s.state.value, "reason": s.reason,

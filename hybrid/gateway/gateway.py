@@ -14,7 +14,7 @@ import re
 from typing import Any, ClassVar
 
 from dask_gateway import Gateway, GatewayClusterError
-from dask_gateway.client import ClusterReport
+from dask_gateway.client import ClusterReport, ClusterStatus
 
 from hybrid import lifecycle
 from hybrid.errors import ClusterClosed, ConfigurationError, GatewayUnreachable, HybridError
@@ -77,7 +77,7 @@ class HTCGateway(Gateway):
         except ValueError:  # the gateway no longer knows it
             state = "unknown to the gateway"
         else:
-            if report.status.name == "RUNNING":
+            if report.status is ClusterStatus.RUNNING:
                 return
             state = f"the gateway reports it {report.status.name.lower()}"
         raise GatewayClusterStopped(

@@ -116,9 +116,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     def status(self) -> dict[str, PoolStatus]:
         """Each pool's :class:`~hybrid.manager.pool.PoolStatus`, as of its last refresh
         (every ``hybrid.batch.poll-interval``; no batch system is asked here)."""
-        now = self.clock()
-        return {name: pool.status(now, self.preferences.fallback_of(name))
-                for name, pool in self.pools.items()}
+        return {name: self.status_of(pool) for name, pool in self.pools.items()}
+
+    def status_of(self, pool: ManagedPool) -> PoolStatus:
+        """One pool's status, with the pool its demand falls back to (as :meth:`status`)."""
+        return pool.status(self.clock(), self.preferences.fallback_of(pool.name))
 
     def prefer(self, order: Any, fallback_after: Any = None, label: str = "prefer") -> None:
         """Record an order of preference between pools (see

@@ -70,12 +70,9 @@ def describe_resources(pool: ManagedPool) -> str:
 def pool_rows(pools: Mapping[str, ManagedPool], manager: Any = None) -> list[PoolRow]:
     """A row per pool, as of the pools' last refresh (no batch system is asked), with the
     pool its demand falls back to where ``manager`` has an order of preference."""
-    def status(pool: ManagedPool) -> Any:
-        if manager is None:
-            return pool.status()
-        return pool.status(manager.clock(), manager.preferences.fallback_of(pool.name))
-
-    return [PoolRow(status(pool), describe_resources(pool)) for pool in pools.values()]
+    statuses = {name: manager.status_of(pool) if manager is not None else pool.status()
+                for name, pool in pools.items()}
+    return [PoolRow(statuses[name], describe_resources(pool)) for name, pool in pools.items()]
 
 
 def _cell(value: Any, css: str = "") -> str:
