@@ -18,6 +18,11 @@ if [[ $(id -u) != 0 ]]; then
     exit 2
 fi
 
+# Python writes its bytecode (a machine may say otherwise: PYTHONDONTWRITEBYTECODE): else
+# every pytest run rewrites the assertions of every test module again (5 s of CPU each) and
+# every process that imports hybrid compiles it again.
+unset PYTHONDONTWRITEBYTECODE
+
 start=$SECONDS
 log "python environment in $VENV"
 [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
@@ -27,8 +32,10 @@ log "python environment in $VENV"
     || { echo "the install did not complete: see pip's output above" >&2; exit 1; }
 
 parts_pid=""
+checks_pids=()
 cleanup() {
-    local rc=$?
+    local rc=$? pid
+    for pid in "${checks_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
     if [[ -n $parts_pid ]] && kill -0 "$parts_pid" 2>/dev/null; then
         kill -TERM "$parts_pid" 2>/dev/null || true  # its trap stops both pytest runs
         wait "$parts_pid" 2>/dev/null || true
@@ -44,6 +51,20 @@ trap cleanup EXIT
 log "headless Chromium for the browser tests (Debian's chromium package)"
 bash ci/chromium.sh
 
+# While the pools come up (mostly waiting on their daemons): ruff, then the docs (Sphinx,
+# warnings are errors), and beside them pytest's collection of the whole suite, which
+# writes the bytecode every pytest run below reads.
+checks=$(mktemp -d)
+log "in the background while the pools come up: ruff, the docs (sphinx -W), pytest's collection"
+# (each a session of its own, which cleanup stops as a whole)
+setsid bash -c '"$1/bin/ruff" check hybrid tests benchmarks \
+    && "$1/bin/sphinx-build" -W -q -b html docs "$2/html"' checks "$VENV" "$checks" \
+    > "$checks/checks.log" 2>&1 &
+checks_pids+=($!)
+setsid "$VENV/bin/python" -m pytest -p no:cacheprovider -q --collect-only \
+    > "$checks/collect.log" 2>&1 &
+checks_pids+=($!)
+
 log "bringing up Slurm"
 bash ci/slurm/up.sh
 log "bringing up Grid Engine"
@@ -57,12 +78,19 @@ source "$STATE/htcondor/env.sh"
 # shellcheck disable=SC1091
 source "$STATE/sge/env.sh"
 
-log "ruff"
-"$VENV/bin/ruff" check hybrid tests benchmarks
-log "docs (sphinx -W)"
-docs_out=$(mktemp -d)
-"$VENV/bin/sphinx-build" -W -q -b html docs "$docs_out"
-rm -rf "$docs_out"
+checks_code=0
+wait "${checks_pids[0]}" || checks_code=$?
+collect_code=0
+wait "${checks_pids[1]}" || collect_code=$?
+checks_pids=()
+log "ruff and the docs (sphinx -W): exit $checks_code"
+cat "$checks/checks.log"
+if [[ $collect_code != 0 ]]; then
+  log "pytest's collection: exit $collect_code"
+  tail -n 40 "$checks/collect.log"
+fi
+rm -rf "$checks"
+[[ $checks_code == 0 && $collect_code == 0 ]] || exit 1
 
 # HYBRID_TEST_WORKERS=N > 1 (the default, 3): the rest in N-1 pytest-xdist workers, the pools'
 # tests beside it in lanes (ci/parts.sh says how); 1: one pytest, one test after another.
