@@ -38,7 +38,8 @@ Examples:
               help="Shared password (default: generated, or reused from --state-dir).")
 @click.option("--state-dir", default=None, type=click.Path(file_okay=False),
               help="Keep settings, password, database and log here (default: a temporary "
-                   "directory removed on exit).")
+                   "directory removed on exit). An existing one must be yours and writable "
+                   "by no one else.")
 @click.option("--gateway-workers/--no-gateway-workers", default=True, show_default=True,
               help="Let the gateway start its own local workers (scale without a batch pool).")
 @click.option("--heartbeat-period", default=None, type=int,

@@ -26,6 +26,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -315,6 +316,21 @@ def _end_processes(processes: list[Any], grace: float = 5) -> None:
     psutil.wait_procs(alive, timeout=grace)
 
 
+def _check_own_directory(path: Path) -> None:
+    """An existing state directory must be the user's, and no one else may write to it:
+    the gateway reads its password from there and keeps its keys in it."""
+    info = path.stat()
+    if info.st_uid != os.geteuid():
+        raise ConfigurationError(
+            "state_dir", str(path), f"a directory owned by you (uid {os.geteuid()}), not by "
+            f"uid {info.st_uid}", "Use a directory of your own, or leave state_dir out (a "
+            "new private one is made).")
+    if info.st_mode & 0o022:
+        raise ConfigurationError(
+            "state_dir", str(path), "a directory only you may write to (not mode "
+            f"{stat.S_IMODE(info.st_mode):04o})", f"chmod go-w {path}")
+
+
 def _prepare_state_dir(state_dir: str | os.PathLike | None) -> tuple[Path, bool]:
     if state_dir is None:
         return Path(tempfile.mkdtemp(prefix="hybrid-gateway-")), True
@@ -431,6 +447,8 @@ def start_dev_gateway(
         if existing.exists() and not existing.is_dir():
             raise ConfigurationError("state_dir", str(state_dir),
                                      "a directory (or a path to create)")
+        if existing.is_dir():
+            _check_own_directory(existing)
 
     api_port, port, proxy_port = _free_ports(port, proxy_port)
     # Validate the whole configuration before anything is written or started.

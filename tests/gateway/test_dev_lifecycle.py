@@ -207,3 +207,33 @@ def test_every_help_ends_with_examples(command):
     assert examples and all(line.startswith(("hybrid ", "--", ">")) for line in examples), (
         examples)
     assert examples[0].startswith("hybrid " + " ".join(command))
+
+
+def _owned_by_another_user(tmp_path: Path) -> Path:
+    """A directory another user owns: made and given away as root, else one root owns."""
+    if os.geteuid() != 0:
+        return Path("/usr")  # (root's; every Linux has it)
+    directory = tmp_path / "theirs"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)  # nobody
+    return directory
+
+
+def test_a_state_dir_that_others_control_is_refused_before_anything_is_written(tmp_path):
+    """An existing state directory another user owns, or one others may write to, could
+    hand the gateway a password they planted (it is read from there) or take its files:
+    refused, naming the fix, before anything is written or started."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # (as a group's project directory, without the sticky bit)
+    theirs = _owned_by_another_user(tmp_path)
+    for state_dir, words in [(shared, "chmod go-w"), (theirs, "a directory of your own")]:
+        before = sorted(os.listdir(state_dir))
+        with pytest.raises(ConfigurationError) as error:
+            start_dev_gateway(state_dir=state_dir)
+        assert error.value.field == "state_dir", error.value
+        assert words in str(error.value), error.value
+        assert sorted(os.listdir(state_dir)) == before
+    result = CliRunner().invoke(cli, ["gateway", "dev", "--state-dir", str(shared)])
+    assert result.exit_code != 0 and "state_dir" in result.output, result.output
+    assert "Traceback" not in result.output
