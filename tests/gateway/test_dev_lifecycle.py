@@ -235,5 +235,7 @@ def test_a_state_dir_that_others_control_is_refused_before_anything_is_written(t
         assert words in str(error.value), error.value
         assert sorted(os.listdir(state_dir)) == before
     result = CliRunner().invoke(cli, ["gateway", "dev", "--state-dir", str(shared)])
-    assert result.exit_code != 0 and "state_dir" in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert "'--state-dir'" in errors[0] and f"chmod go-w {shared}" in errors[0], errors
     assert "Traceback" not in result.output
