@@ -70,9 +70,8 @@ def describe_resources(pool: ManagedPool) -> str:
 def pool_rows(pools: Mapping[str, ManagedPool], manager: Any = None) -> list[PoolRow]:
     """A row per pool, as of the pools' last refresh (no batch system is asked), with the
     pool its demand falls back to where ``manager`` has an order of preference."""
-    statuses = {name: manager.status_of(pool) if manager is not None else pool.status()
-                for name, pool in pools.items()}
-    return [PoolRow(statuses[name], describe_resources(pool)) for name, pool in pools.items()]
+    return [PoolRow(manager.status_of(pool) if manager is not None else pool.status(),
+                    describe_resources(pool)) for pool in pools.values()]
 
 
 def _cell(value: Any, css: str = "") -> str:
