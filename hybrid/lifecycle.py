@@ -25,6 +25,14 @@ closed. What ends the process then ends the clusters the same way:
 - an asynchronous cluster left open when ``asyncio.run`` ends: closed on its loop when the
   loop cancels its remaining tasks, before the loop closes.
 
+Whichever of the process's threads the kernel gives such a signal, the main thread handles
+it at once: CPython only sets a flag where the signal lands, and a main thread asleep in one
+long call (the user's ``time.sleep(600)``, a lock, a socket) would run the handler only when
+that call returns. While hybrid's handlers are in place, a thread of its own (:class:`_Waker`)
+hears every signal through ``signal.set_wakeup_fd`` and then wakes the main thread with
+SIGWINCH, whose handler does nothing (the interrupted call goes on, as PEP 475 has it, after
+the pending handlers ran).
+
 A process killed outright (SIGKILL, a notebook kernel restart) runs none of this: a gateway
 cluster is then reclaimed by the server (``client_timeout`` counts hybrid's client heartbeat,
 ``idle_timeout``), and batch jobs stop with their scheduler (their workers' death timeout) or
@@ -41,6 +49,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -160,6 +169,7 @@ _exiting: str | None = None  # why the process is ending, once it is
 _reported = False  # a line was printed for an interruption: the traceback is left out
 _said_count = 0
 _closing_depth = 0
+_waker: _Waker | None = None
 
 
 def register(label: str, close: Callable[[], Any], *, asynchronous: bool = False) -> Ending:
@@ -388,6 +398,9 @@ def _install() -> None:
         with contextlib.suppress(ValueError, OSError):
             if signal.getsignal(number) == signal.SIG_DFL:  # (not nohup's SIG_IGN)
                 _previous_handlers[number] = signal.signal(number, _on_ending_signal)
+    global _waker
+    if _previous_handlers and _waker is None:
+        _waker = _Waker.start()
 
 
 def _forget(ending: Ending) -> None:
@@ -409,13 +422,116 @@ def _release_signals() -> None:
             if signal.getsignal(number) is _on_ending_signal:
                 signal.signal(number, previous)
                 del _previous_handlers[number]
+        global _waker
+        if _waker is not None and not _previous_handlers:
+            _waker = _waker.stop()
 
 
 def _forget_all() -> None:
     """In a forked child: its parent's clusters are not its own to close."""
+    global _waker
     with _lock:
         _endings.clear()
         _previous_handlers.clear()
+        if _waker is not None:  # (its thread is the parent's: the pipe too)
+            _waker = _waker.stop(in_child=True)
+
+
+class _Waker:
+    """Wakes the main thread for a signal that another thread took (or that came just before
+    the main thread went to sleep in a call): see the module's docstring.
+
+    ``signal.set_wakeup_fd`` has CPython write each signal's number to a pipe, from whichever
+    thread took it; this object's thread reads the pipe, hands each byte on to the wakeup
+    file a program had set before (if any), and for every signal with a Python handler
+    (hybrid's, Ctrl-C's ``KeyboardInterrupt``) sends the main thread :data:`WAKE_SIGNAL`, a
+    few times over a couple of seconds: a main thread already awake only runs the no-op
+    handler again. Another program's wakeup file set later replaces this one: its own loop
+    then wakes the main thread.
+    """
+
+    #: Its handler does nothing; its default is to be ignored, so a late one harms nothing.
+    WAKE_SIGNAL = getattr(signal, "SIGWINCH", None)
+    #: When the main thread is woken, in seconds after the signal was read.
+    WAKE_AFTER = (0.05, 0.5, 2.0)
+
+    def __init__(self, read: int, write: int, previous: int, wake_handler: Any) -> None:
+        self._read, self._write, self._previous = read, write, previous
+        self._wake_handler = wake_handler  # (what WAKE_SIGNAL did before: ours replaced it)
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._listen, name="hybrid-signal-waker",
+                                        daemon=True)
+
+    @classmethod
+    def start(cls) -> _Waker | None:
+        """From the main thread: the waker, listening (``None`` where it cannot work: no
+        ``pthread_kill``, or a program of the user's own handles ``WAKE_SIGNAL``)."""
+        if cls.WAKE_SIGNAL is None or not hasattr(signal, "pthread_kill"):
+            return None
+        if signal.getsignal(cls.WAKE_SIGNAL) not in (signal.SIG_DFL, _on_wake):
+            return None
+        read, write = os.pipe()
+        os.set_blocking(write, False)  # (set_wakeup_fd requires it)
+        try:
+            previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+            wake_handler = signal.signal(cls.WAKE_SIGNAL, _on_wake)
+        except (ValueError, OSError):
+            os.close(read)
+            os.close(write)
+            return None
+        waker = cls(read, write, previous, wake_handler)
+        waker._thread.start()
+        return waker
+
+    def stop(self, in_child: bool = False) -> None:
+        """From the main thread: the wakeup file and ``WAKE_SIGNAL`` as they were before, and
+        the pipe closed, which ends the thread. Where another program set its own wakeup file
+        since, the pipe stays open (that program may set this one's back later)."""
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.set_wakeup_fd(self._previous)
+            if current != self._write:  # (someone else's since: theirs is kept)
+                signal.set_wakeup_fd(current)
+                return None
+            if signal.getsignal(self.WAKE_SIGNAL) is _on_wake:
+                signal.signal(self.WAKE_SIGNAL, self._wake_handler)
+        for fd in (self._write, self._read) if in_child else (self._write,):
+            with contextlib.suppress(OSError):
+                os.close(fd)  # (the thread sees the end of the pipe and closes its side)
+        return None
+
+    def _listen(self) -> None:
+        try:
+            while data := os.read(self._read, 512):
+                if self._previous >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(self._previous, data)
+                if any(self._handled(number) for number in set(data)):
+                    self._wake_main()
+        except OSError:  # (closed)
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._read)
+
+    def _handled(self, number: int) -> bool:
+        """Whether signal ``number`` has a Python handler for the main thread to run."""
+        if number == self.WAKE_SIGNAL:
+            return False
+        with contextlib.suppress(ValueError):
+            return callable(signal.getsignal(number))
+        return False
+
+    def _wake_main(self) -> None:
+        waited = 0.0
+        for after in self.WAKE_AFTER:
+            time.sleep(after - waited)
+            waited = after
+            with contextlib.suppress(OSError, ProcessLookupError):
+                signal.pthread_kill(self._main, self.WAKE_SIGNAL)
+
+
+def _on_wake(signum: int, frame: Any) -> None:
+    """The main thread was woken for a signal another thread took: its handler has run."""
 
 
 def _on_ending_signal(signum: int, frame: Any) -> None:
