@@ -412,6 +412,8 @@ class CommandLineSystem(BatchSystem):
     gone_words: ClassVar[tuple[str, ...]] = ()
     #: Reasons of :meth:`parse_query` that say the system evicted (preempted) the job.
     evicted_reasons: ClassVar[tuple[str, ...]] = ()
+    #: The reason of a suspended job the query gives none for.
+    suspended_reason: ClassVar[str] = "suspended"
 
     def submit(self, job: WorkerJob, staging: Path, count: int) -> list[str]:
         """Submit the rendered script once (once per ``max_array_size`` workers where the system
@@ -472,6 +474,8 @@ class CommandLineSystem(BatchSystem):
             owner, pool, scheduler = parse_tag(tag, ours)
             if owner is None or (cluster is not None and owner != cluster):
                 continue
+            if reason is None and state is JobState.suspended:
+                reason = self.suspended_reason
             found[job_id] = JobStatus(job_id, state, reason, owner, pool, scheduler,
                                       evicted=reason in self.evicted_reasons)
         if ids is not None:

@@ -379,7 +379,8 @@ Examples:
 @fail_clearly
 def status(system: str, cluster_name: str | None, show_ended: bool, as_json: bool) -> None:
     """List our jobs (those carrying hybrid's tag) in the queue, as the batch system
-    reports them: pending, held, running or being removed; --all adds those that ended.
+    reports them: pending, held, running, suspended or being removed; --all adds those
+    that ended.
 
     With --cluster NAME of a cluster of yours that runs, a first line says what its
     scheduler reports (asked with the credentials stored for your processes); not with

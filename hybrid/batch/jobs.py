@@ -27,6 +27,9 @@ class JobState(str, Enum):
     pending = "pending"
     running = "running"
     held = "held"
+    #: Started, then stopped by the system (preemption by suspension, an admin, a desktop
+    #: pool's owner back): it keeps its slot and its worker, and resumes by itself.
+    suspended = "suspended"
     #: Asked to go, still in the queue (its processes may still be stopping).
     removing = "removing"
     finished = "finished"
@@ -35,15 +38,17 @@ class JobState(str, Enum):
 
     @property
     def active(self) -> bool:
-        """Pending, running, held or being removed: the job still occupies the queue."""
+        """Pending, running, held, suspended or being removed: the job still occupies the
+        queue."""
         return self in ACTIVE_STATES
 
 
 #: The states of a job still in the queue (:attr:`JobState.active`).
 ACTIVE_STATES = frozenset({JobState.pending, JobState.running, JobState.held,
-                           JobState.removing})
+                           JobState.suspended, JobState.removing})
 #: The states of a job that counts toward a pool's jobs: in the queue, not being removed.
-QUEUED_STATES = frozenset({JobState.pending, JobState.running, JobState.held})
+QUEUED_STATES = frozenset({JobState.pending, JobState.running, JobState.held,
+                           JobState.suspended})
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ _NOT_FOUND = ("is not found", "No unfinished job found", "No job found",
               "No matching job found", "has already finished")
 _STATES = {
     "PEND": JobState.pending, "PROV": JobState.pending, "WAIT": JobState.pending,
-    "PSUSP": JobState.held, "USUSP": JobState.held, "SSUSP": JobState.held,
+    "PSUSP": JobState.held, "USUSP": JobState.suspended, "SSUSP": JobState.suspended,
     "RUN": JobState.running, "UNKWN": JobState.running,
     "DONE": JobState.finished, "EXIT": JobState.failed, "ZOMBI": JobState.removed,
 }

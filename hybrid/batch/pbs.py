@@ -71,8 +71,9 @@ def pbs_state(attributes: dict[str, Any]) -> tuple[JobState, str | None]:
         kinds = ", ".join(_HOLD_TYPES.get(h, h) for h in holds if h != "n")
         return JobState.held, comment or (f"{kinds} hold (Hold_Types={holds})" if kinds
                                           else "held")
-    if state in ("S", "U"):
-        return JobState.held, comment or "suspended"
+    if state in ("S", "U"):  # (U: a cycle-harvesting node's owner came back)
+        return JobState.suspended, comment or ("suspended" if state == "S" else
+                                                "suspended: its workstation is busy")
     if state in ("R", "E", "B"):
         return JobState.running, comment
     if state == "M":

@@ -180,7 +180,7 @@ def sge_state(state: str, error: str | None = None,
         return JobState.held, f"on hold ({state}; `qrls` releases it)"
     for letter, why in _SUSPENDED.items():
         if letter in state:
-            return JobState.held, why
+            return JobState.suspended, why
     if any(letter in state for letter in "rt"):  # (R: restarted, e.g. Rr)
         return JobState.running, None
     if "z" in state:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 _STATES = {
     "PENDING": JobState.pending, "CONFIGURING": JobState.pending, "REQUEUED": JobState.pending,
     "REQUEUE_FED": JobState.pending, "REQUEUE_HOLD": JobState.held, "RESIZING": JobState.pending,
-    "SUSPENDED": JobState.pending, "STOPPED": JobState.pending,
+    "SUSPENDED": JobState.suspended, "STOPPED": JobState.suspended,
     "RUNNING": JobState.running, "COMPLETING": JobState.running, "SIGNALING": JobState.running,
     "STAGE_OUT": JobState.running,
     "COMPLETED": JobState.finished,
@@ -97,6 +97,7 @@ class Slurm(CommandLineSystem):
     remove_command = "scancel"
     gone_words = _GONE
     evicted_reasons = _PREEMPTED
+    suspended_reason = "scontrol suspend, or preempted by suspension"
     Settings = SlurmSettings
     #: Whether ``squeue --json`` answers (until it does not).
     _json = True

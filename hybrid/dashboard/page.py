@@ -33,8 +33,8 @@ POOLS_FORMAT = 1
 #: The page's path below the dashboard's prefix.
 PAGE = "/pools"
 #: The states charted, and their colours (the dashboard's own palette family).
-STATES = ("pending", "running", "held", "removing", "workers")
-COLORS = {"pending": "#f0ad4e", "running": "#5cb85c", "held": "#d9534f",
+STATES = ("pending", "running", "suspended", "held", "removing", "workers")
+COLORS = {"pending": "#f0ad4e", "running": "#5cb85c", "suspended": "#9467bd", "held": "#d9534f",
           "removing": "#999999", "workers": "#1f77b4"}
 
 

@@ -30,7 +30,7 @@ from dask.utils import parse_timedelta
 
 from hybrid import config
 from hybrid.batch import JobState
-from hybrid.dashboard.page import POOLS_FORMAT, POOLS_METADATA_KEY
+from hybrid.dashboard.page import POOLS_FORMAT, POOLS_METADATA_KEY, STATES
 
 logger = logging.getLogger("hybrid")
 
@@ -40,7 +40,8 @@ MAX_ROWS = 200
 MAX_HISTORY = 720
 #: Ended jobs listed after the pool's jobs in the queue (with why they ended).
 ENDED_ROWS = 10
-_ORDER = {JobState.held: 0, JobState.pending: 1, JobState.running: 2, JobState.removing: 3}
+_ORDER = {JobState.held: 0, JobState.pending: 1, JobState.suspended: 2, JobState.running: 3,
+          JobState.removing: 4}
 
 
 class PoolsPublisher:
@@ -117,8 +118,7 @@ class PoolsPublisher:
                      "workers": list(by_job.get(s.job_id, ()))} for s in jobs]
             rows += [{"job_id": s.job_id, "state": s.state.value, "reason": s.reason,
                       "workers": []} for s in reversed(list(pool.ended)[-ENDED_ROWS:])]
-            counts = [status.jobs.get(state, 0) for state in ("pending", "running", "held",
-                                                               "removing")]
+            counts = [status.jobs.get(state, 0) for state in STATES[:-1]]  # (the chart's)
             history = self.history.setdefault(pool.name, deque(maxlen=MAX_HISTORY))
             if not history or history[-1][1:] != [*counts, workers]:
                 history.append([now, *counts, workers])

@@ -458,11 +458,14 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
     async def retire(self, pool: ManagedPool, count: int, idle_only: bool = False,
                      busy: Mapping[str, int] | None = None) -> list[str]:
-        """Remove ``count`` jobs: first those with no worker yet (pending first), then
-        workers retired gracefully (their results moved elsewhere first)."""
+        """Remove ``count`` jobs: first those with no worker yet (pending first) and the
+        suspended ones (a stopped worker hands nothing over), then workers retired
+        gracefully (their results moved elsewhere first)."""
         live = await self.live_workers()
         connected = await self.pool_workers(pool, live)
-        chosen = pool.least_needed([j for j in pool.counted() if j not in connected], count)
+        suspended = {j for j, s in pool.jobs.items() if s.state is JobState.suspended}
+        chosen = pool.least_needed([j for j in pool.counted()
+                                    if j not in connected or j in suspended], count)
         await self.remove(pool, chosen)
         removed = list(chosen)
         left = count - len(chosen)
@@ -472,7 +475,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             def job_load(job_id: str) -> int:
                 return sum(load.get(str(live[a].get("name")), 0) for a in connected[job_id])
 
-            candidates = sorted((j for j in connected if j in pool.jobs
+            candidates = sorted((j for j in connected if j in pool.jobs and j not in chosen
                                  and j not in pool.retiring), key=job_load)
             if idle_only:
                 candidates = [j for j in candidates if job_load(j) == 0]

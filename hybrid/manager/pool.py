@@ -30,15 +30,17 @@ __all__ = ["EXIT_HINTS", "KEPT_LOGS", "ManagedPool", "PoolStatus", "keep_log", "
 
 #: The reason of a job that left the queue without a record of how it ended.
 GONE = "no longer in the queue"
-#: The order :meth:`ManagedPool.least_needed` removes jobs in (other states: 2).
-_REMOVAL_RANK = {JobState.held: 0, JobState.pending: 1}
+#: The order :meth:`ManagedPool.least_needed` removes jobs in (other states: 2): a
+#: suspended job's worker does nothing, and cannot hand its results over while stopped.
+_REMOVAL_RANK = {JobState.held: 0, JobState.pending: 1, JobState.suspended: 1.5}
 #: A job the pool does not track: ranked as pending in the order of removal, and not
 #: counted as pending among the stale jobs.
 _UNKNOWN = JobStatus("", JobState.pending)
 _NOT_KEPT = SimpleNamespace(state=None)
 _state, _reason, _job_id = attrgetter("state"), attrgetter("reason"), attrgetter("job_id")
 #: The job states a pool's status counts (the jobs still in the queue).
-_SHOWN = (JobState.pending, JobState.running, JobState.held, JobState.removing)
+_SHOWN = (JobState.pending, JobState.running, JobState.suspended, JobState.held,
+          JobState.removing)
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,14 @@ class PoolStatus:
     """What a user is shown of one pool: its jobs by state, with the batch system's reasons.
 
     ``jobs`` counts the pool's jobs in the queue by state (``pending``, ``running``,
-    ``held``, ``removing``); ``reasons`` gives, per state, each reason the batch system gave
-    and how many jobs it holds (``{"pending": {"Resources": 3}}``); ``connected`` is the
-    number of the pool's jobs whose worker has joined; ``adaptive`` the bounds while the
-    pool adapts. ``retiring`` counts the jobs at the end of their lifetime (their workers
-    drain, their replacements are on the way), ``evictions`` the jobs the batch system
-    evicted or preempted so far (none of them a failure), ``oldest_pending`` how long the
-    longest-waiting pending job has waited (seconds), and ``fallback`` the pool that takes
-    this pool's demand when its jobs wait longer than ``fallback_after`` seconds
+    ``suspended``, ``held``, ``removing``); ``reasons`` gives, per state, each reason the batch
+    system gave and how many jobs it holds (``{"pending": {"Resources": 3}}``); ``connected`` is
+    the number of the pool's jobs whose worker has joined; ``adaptive`` the bounds while the
+    pool adapts. ``retiring`` counts the jobs at the end of their lifetime (their workers drain,
+    their replacements are on the way), ``evictions`` the jobs the batch system evicted or
+    preempted so far (none of them a failure), ``oldest_pending`` how long the longest-waiting
+    pending job has waited (seconds), and ``fallback`` the pool that takes this pool's demand
+    when its jobs wait longer than ``fallback_after`` seconds
     (:meth:`hybrid.HybridCluster.prefer`).
     """
 
@@ -369,9 +371,9 @@ class ManagedPool:
 
     def least_needed(self, job_ids: Iterable[str], count: int | None = None) -> list[str]:
         """Jobs without a worker in the order to remove them: held first, then pending,
-        the newest first (the oldest have waited longest and start soonest), then running
-        jobs whose worker has not joined yet (ties by job id: the same order every time);
-        ``count``: only the first ``count`` of that order."""
+        the newest first (the oldest have waited longest and start soonest), then suspended
+        ones, then running jobs whose worker has not joined yet (ties by job id: the same
+        order every time); ``count``: only the first ``count`` of that order."""
         ids = list(job_ids)
         # the keys (rank of the state, -submitted, id) built in C passes, not a Python key
         statuses = list(map(self.jobs.get, ids, repeat(_UNKNOWN)))

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from itertools import filterfalse
 from typing import Any
 
+import dask
 from dask.utils import parse_timedelta
 
 from hybrid import config
@@ -176,6 +177,24 @@ class JobWatch:
         pool._first_pending.pop(job_id, None)
         if new.state is JobState.held and old.state is not JobState.held:
             self._held(pool, new)
+        elif new.state is JobState.suspended and old.state is not JobState.suspended:
+            self._suspended(pool, new)  # (its run goes on when it resumes: _started kept)
+
+    def _suspended(self, pool: ManagedPool, status: JobStatus) -> None:
+        """A job the batch system suspended: no eviction, no hold, no failure. Said once per
+        suspension, with what its tasks do meanwhile."""
+        ttl = dask.config.get("distributed.scheduler.worker-ttl", None)
+        waits = (f"until the scheduler stops waiting for its worker "
+                 f"(distributed.scheduler.worker-ttl: {ttl}), then run elsewhere"
+                 if ttl else "for it")
+        logger.warning(
+            "pool %s: job %s is suspended by %s (%s): its worker is stopped, and goes on "
+            "where it was when the job resumes (the batch system resumes it by itself, or "
+            "its admin does; nothing for you to do). Its running tasks wait %s; the job "
+            "counts toward the pool's target. To have them run elsewhere now, remove it: "
+            "`hybrid cancel --system %s %s` (the pool replaces it).", pool.name,
+            status.job_id, pool.system.name, status.reason or "no reason given", waits,
+            pool.system.name, status.job_id)
 
     def _held(self, pool: ManagedPool, status: JobStatus) -> None:
         """A job the batch system holds: it neither starts nor runs on by itself, and it

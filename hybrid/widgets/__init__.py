@@ -2,8 +2,8 @@
 
 :class:`ClusterViews` gives :class:`~hybrid.HybridCluster` and
 :class:`~hybrid.gateway.HTCGatewayCluster` their ``_repr_html_`` (one row per pool:
-system, resources, target, connected workers, pending/running/held jobs with the batch
-system's reasons, adaptivity and its bounds, the dashboard and its Pools page), and their
+system, resources, target, connected workers, pending/running/suspended/held jobs with the
+batch system's reasons, adaptivity and its bounds, the dashboard and its Pools page), and their
 ``_widget`` (the same table with per-pool controls to scale or adapt, when ipywidgets is
 installed and the cluster is synchronous). The display carries both, so a static notebook
 or nbviewer shows the HTML where the widget cannot run.

@@ -86,8 +86,8 @@ def pools_table(rows: list[PoolRow]) -> str:
         return ("<p class='hybrid-no-pools'>No pool yet: add one with "
                 "<code>cluster.add_pool(name, system, ...)</code>.</p>")
     head = "".join(f"<th>{title}</th>" for title in (
-        "pool", "system", "resources", "target", "workers", "pending", "running", "held",
-        "adaptive", "why (batch system)"))
+        "pool", "system", "resources", "target", "workers", "pending", "running",
+        "suspended", "held", "adaptive", "why (batch system)"))
     body = []
     for row in rows:
         status = row.status
@@ -97,7 +97,8 @@ def pools_table(rows: list[PoolRow]) -> str:
             + _cell(row.name) + _cell(status.system) + _cell(row.resources)
             + _cell(status.target) + _cell(status.connected)
             + _cell(status.jobs.get("pending", 0)) + _cell(status.jobs.get("running", 0))
-            + _cell(status.jobs.get("held", 0)) + _cell(row.adaptive)
+            + _cell(status.jobs.get("suspended", 0)) + _cell(status.jobs.get("held", 0))
+            + _cell(row.adaptive)
             + _cell(why, "hybrid-failed" if status.failed else "hybrid-why") + "</tr>")
     return (f"{_STYLE}<table class='hybrid-pools'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>")

@@ -138,7 +138,8 @@ def test_pool_status_counts_jobs_by_state_with_target_and_workers(staging) -> No
         cluster.add_pool("cpu", "local", nanny=False)
         cluster.add_pool("idle", "local", nanny=False)
         before = cluster.pool_status()
-        assert before["idle"].jobs == {"pending": 0, "running": 0, "held": 0, "removing": 0}
+        assert before["idle"].jobs == {"pending": 0, "running": 0, "suspended": 0, "held": 0,
+                                       "removing": 0}
         assert before["idle"].summary() == "pool idle (local): no job; target 0"
         cluster.scale(2, pool="cpu")
         cluster.wait_for_workers(2, pool="cpu", timeout=60, progress=False)

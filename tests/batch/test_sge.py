@@ -520,7 +520,8 @@ def test_task_ranges_and_states_read_as_grid_engine_writes_them() -> None:
     assert state is JobState.held and "can't chdir to /x" in reason
     assert sge_state("dr")[0] is JobState.removing
     assert sge_state("r") == (JobState.running, None)
-    assert sge_state("S")[0] is JobState.held
+    assert sge_state("S") == (JobState.suspended, "suspended with its queue (qmod -sq)")
+    assert sge_state("T")[0] is JobState.suspended and sge_state("s")[0] is JobState.suspended
     assert accounting_state({"failed": "0", "exit_status": "0"}) == (JobState.finished, None)
     state, reason = accounting_state({"failed": "100 : assumedly after job",
                                       "exit_status": "137                  (Killed)"})
@@ -639,7 +640,7 @@ def test_restarted_tasks_follow_qstats_state_letters() -> None:
     assert sge_state("hRwq")[0] is JobState.held
     assert sge_state("EhRqw")[0] is JobState.held
     assert sge_state("dRr")[0] is JobState.removing
-    assert sge_state("Rs")[0] is JobState.held
+    assert sge_state("Rs")[0] is JobState.suspended  # (a restarted task, suspended)
 
 
 def test_render_refuses_a_directive_line_below_the_header(tmp_path) -> None:

@@ -35,8 +35,8 @@ def test_the_html_repr_shows_a_row_per_pool_in_chromium(staging, tmp_path) -> No
             rows = page.locator("tr.hybrid-pool")
             assert rows.count() == 2
             cpu = [c.strip() for c in rows.nth(0).locator("td").all_inner_texts()]
-            assert cpu[:9] == ["cpu", "local", "notGPU: 1 core, 1GiB", "2", "2", "0", "2", "0",
-                               "off"]
+            assert cpu[:10] == ["cpu", "local", "notGPU: 1 core, 1GiB", "2", "2", "0", "2", "0",
+                                "0", "off"]
             gpu = [c.strip() for c in rows.nth(1).locator("td").all_inner_texts()]
             assert gpu[:4] == ["gpu", "local", "GPU: 1 core, 1 GPU", "0"]
             assert page.get_by_role("heading").inner_text() == "HybridCluster repr-in-chromium"
