@@ -28,7 +28,7 @@ closed. What ends the process then ends the clusters the same way:
 Whichever of the process's threads the kernel gives such a signal, the main thread handles
 it at once: CPython only sets a flag where the signal lands, and a main thread asleep in one
 long call (the user's ``time.sleep(600)``, a lock, a socket) would run the handler only when
-that call returns. While hybrid's handlers are in place, a thread of its own (:class:`_Waker`)
+that call returns. While hybrid's handlers are in place, a thread of its own (``_Waker``)
 hears every signal through ``signal.set_wakeup_fd`` and then wakes the main thread with
 SIGWINCH, whose handler does nothing (the interrupted call goes on, as PEP 475 has it, after
 the pending handlers ran).
