@@ -28,8 +28,40 @@ _KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 def _load_defaults() -> dict[str, Any]:
     with DEFAULTS_FILE.open() as f:
         defaults = yaml.safe_load(f)
+    misplaced = list(_values_for_sections(dask.config.config, defaults))
     dask.config.update_defaults(defaults)
+    for key, value in misplaced:  # (dask.config's merge replaced each with the section)
+        import warnings
+
+        variable = "DASK_" + "__".join(part.upper().replace("-", "_")
+                                       for part in key.split("."))
+        warnings.warn(
+            f"{key} is {value!r} in your Dask configuration, where a section of settings "
+            f"belongs (a mapping such as `poll-interval: 5s` under it): it is ignored, and "
+            f"the packaged defaults of {key} apply. Indent the settings under it in your "
+            f"YAML (~/.config/dask/hybrid.yaml, or a file in DASK_CONFIG), or set one "
+            f"setting of it ({variable}__<SETTING>), not {variable}.", UserWarning,
+            stacklevel=2)
     return defaults
+
+
+def _values_for_sections(given: Any, defaults: dict[str, Any], prefix: str = ""
+                         ) -> Any:
+    """``(key, value)`` for each value of the user's configuration ``given`` (before the
+    defaults are merged in) where ``defaults`` has a section; ``None`` is an empty section."""
+    if not isinstance(given, dict):
+        return
+    for name, section in defaults.items():
+        if not isinstance(section, dict):
+            continue
+        key = dask.config.canonical_name(name, given)
+        value = given.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            yield f"{prefix}{name}", value
+        else:
+            yield from _values_for_sections(value, section, f"{prefix}{name}.")
 
 
 def get(key: str, default: Any = _missing) -> Any:

@@ -167,3 +167,39 @@ def test_a_checked_value_is_not_taken_for_an_equal_one_of_another_type():
     with dask.config.set({"hybrid.scheduler.tls": 1}):
         with pytest.raises(ConfigurationError, match=r"scheduler\.tls"):
             config.get("scheduler.tls")
+
+
+@pytest.mark.parametrize(("where", "env"), [
+    ("yaml", {}), ("environment", {"DASK_HYBRID__BATCH": "5"})])
+def test_a_value_where_a_section_belongs_is_said_with_the_fix(run_python, tmp_path, where,
+                                                               env):
+    """``batch: 5`` (a value where the section of batch settings belongs, an indentation
+    slip) was silently replaced by the packaged section: the user's settings of it were
+    lost and nothing said so."""
+    if where == "yaml":
+        (tmp_path / "mine.yaml").write_text("hybrid:\n  batch: 5\n  scheduler:\n"
+                                            "    tls: [1]\n")
+    code = ("import json, warnings\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import hybrid, dask\n"
+            "print(json.dumps([str(w.message) for w in caught "
+            "if 'section' in str(w.message)]))")
+    said = run_python(code, env={"DASK_CONFIG": str(tmp_path), **env})
+    assert len(said) == 1, said
+    assert "hybrid.batch is 5" in said[0] and "a section of settings" in said[0], said
+    assert "DASK_HYBRID__BATCH" in said[0] and "hybrid.yaml" in said[0], said
+    assert "ignored" in said[0], said
+    if where == "yaml":  # (a list where a value belongs is the setting's own check's)
+        assert "tls" not in said[0]
+
+
+def test_a_users_sections_raise_no_warning(run_python, tmp_path):
+    (tmp_path / "mine.yaml").write_text("hybrid:\n  batch:\n    poll-interval: 7s\n"
+                                        "  worker-dask-config: {}\n  gateway:\n")
+    code = ("import json, warnings\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import hybrid, dask\n"
+            "print(json.dumps([str(w.message) for w in caught if 'hybrid.' in str(w.message)]))")
+    assert run_python(code, env={"DASK_CONFIG": str(tmp_path)}) == []
