@@ -177,12 +177,14 @@ class PoolAdaptive(AdaptiveCore):
         replacement goes out ahead of time, while it drains. The jobs are counted as the
         step's refresh found them (a job that ended since is seen by the next step: it can
         only make this step submit less, never more)."""
-        if not self.manager.closing_elsewhere:
+        if self.adapting and not self.manager.closing_elsewhere:
             await self.manager.scale(self.pool, n, refresh=False)
         self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:
         """Remove these jobs: without a worker at once, with one after graceful retirement."""
+        if not self.adapting:
+            return
         chosen = sorted(j for j in workers if j in self.pool.jobs)
         live = await self.manager.live_workers()  # (a worker may have joined since the step)
         step = self._step_workers
@@ -200,7 +202,8 @@ class PoolAdaptive(AdaptiveCore):
                 j for j in chosen if j in connected
                 and all(a in retired for a in connected[j])])
         self._plan = None
-        self.pool.target = len(self.plan)
+        if self.adapting:
+            self.pool.target = len(self.plan)
 
     async def adapt(self) -> None:
         """One step: reconcile the jobs, then ``AdaptiveCore.adapt`` (errors are reported)."""
@@ -216,7 +219,8 @@ class PoolAdaptive(AdaptiveCore):
             self._connected = set(self._step_workers[1])
             await super().adapt()
             self._plan = None
-            self.pool.target = len(self.plan)
+            if self.adapting:
+                self.pool.target = len(self.plan)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # keep adapting; the error is reported
@@ -232,6 +236,12 @@ class PoolAdaptive(AdaptiveCore):
             self.stop()
 
     # ------------------------------------------------------------------ life cycle
+    @property
+    def adapting(self) -> bool:
+        """Whether this still scales its pool: a step under way when it stopped (``scale(n)``,
+        a new ``adapt``, right after it started) ends without changing anything."""
+        return self.pool.adaptive is self
+
     def start(self) -> None:
         """Adapt every ``interval`` on the running loop (call on the cluster's loop)."""
         if self._callback is None:
