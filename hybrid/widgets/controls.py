@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import logging
+import threading
 from typing import Any
 
 logger = logging.getLogger("hybrid")
@@ -21,7 +22,11 @@ REDRAW_EVERY_MS = 1000
 
 
 class PoolControls:
-    """One pool's row of controls: jobs + Scale, minimum + maximum + Adapt, a message."""
+    """One pool's row of controls: jobs + Scale, minimum + maximum + Adapt, a message.
+
+    The fields follow the pool (its target; its bounds while it adapts), however it was
+    scaled, until the user types in one: what they typed stays until the pool has it.
+    """
 
     def __init__(self, owner: ClusterWidget, name: str, target: int,
                  adaptive: tuple[int, int] | None) -> None:
@@ -44,6 +49,21 @@ class PoolControls:
         self.adapt_button.on_click(lambda _: self.adapt())
         self.box = HBox([self.label, self.jobs, self.scale_button, self.minimum,
                          self.maximum, self.adapt_button, self.message])
+        #: What each field last showed of the pool (a field holding another value was
+        #: typed in).
+        self._shown = {"jobs": target, "minimum": low, "maximum": high}
+
+    def follow(self, target: int, adaptive: tuple[int, int] | None) -> None:
+        """Show the pool's ``target`` (and ``adaptive`` bounds, while it adapts) in each
+        field the user has not typed in since it last showed the pool."""
+        values = {"jobs": target}
+        if adaptive:
+            values.update(minimum=adaptive[0], maximum=adaptive[1])
+        for name, value in values.items():
+            field = getattr(self, name)
+            if field.value in (self._shown[name], value):  # (not typed in, or caught up)
+                field.value = value
+                self._shown[name] = value
 
     def scale(self) -> None:
         """``cluster.scale(jobs, pool=name)``; its error, if any, shown in the row."""
@@ -80,12 +100,19 @@ class ClusterWidget:
         self.table = HTML("")
         self.rows = VBox([])
         self.controls: dict[str, PoolControls] = {}
+        self._rows_of: list[str] = []  # the pools whose controls the rows show
+        self._drawing = threading.Lock()
         self.root = VBox([self.table, self.rows])
         self._callback: Any = None
         self.redraw()
 
     def redraw(self) -> None:
-        """Draw the table from the pools' last refresh; add controls for new pools."""
+        """Draw the table from the pools' last refresh; add controls for new pools, and
+        show each pool's target and bounds in its controls (:meth:`PoolControls.follow`)."""
+        with self._drawing:  # (the loop's tick and a button's call: one at a time, so a
+            self._redraw()  # status read before a change is never shown after it)
+
+    def _redraw(self) -> None:
         from hybrid.widgets.html import cluster_repr_html
 
         try:
@@ -95,14 +122,16 @@ class ClusterWidget:
             self.table.value = (f"<p>{html.escape(type(error).__name__)}: "
                                 f"{html.escape(str(error))}</p>")
             return
-        if list(pools) != list(self.controls):
-            for name, pool in pools.items():
-                if name not in self.controls:
-                    status = pool.status()
-                    self.controls[name] = PoolControls(self, name, status.target,
-                                                       status.adaptive)
+        for name, pool in pools.items():
+            status = pool.status()
+            if name in self.controls:
+                self.controls[name].follow(status.target, status.adaptive)
+            else:
+                self.controls[name] = PoolControls(self, name, status.target, status.adaptive)
+        if list(pools) != self._rows_of:  # (a pool added or gone: the rows again)
             self.controls = {n: self.controls[n] for n in pools}
             self.rows.children = [c.box for c in self.controls.values()]
+            self._rows_of = list(pools)
 
     def start(self) -> None:
         """Redraw every ``REDRAW_EVERY_MS`` milliseconds on the cluster's loop until it closes."""

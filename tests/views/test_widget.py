@@ -117,3 +117,31 @@ def test_every_view_shows_the_workers_and_the_fallback_as_pool_status_does(stagi
         wait_for(lambda: page().get("fallback") is not None, 30,
                  "the Pools page's snapshot to carry the fallback")
         assert "falls back to fast" in page()["summary"]
+
+
+def test_the_controls_follow_the_api_and_keep_what_the_user_is_typing(staging) -> None:
+    """After an API ``scale``/``adapt``, the pool's controls showed the values they started
+    with: Adapt pressed unedited re-adapted between the old bounds. A control follows the
+    pool until the user types in it (what they typed stays until they press its button)."""
+    with dask.config.set({"hybrid.batch.poll-interval": "1 hour"}), HybridCluster() as cluster:
+        cluster.add_pool("cpu", "local", nanny=False)
+        view = _view(cluster)
+        row = view.controls["cpu"]
+        assert (row.jobs.value, row.minimum.value, row.maximum.value) == (0, 0, 1)
+        cluster.adapt(pool="cpu", minimum=0, maximum=3)  # the API, not the widget
+        view.redraw()
+        assert (row.minimum.value, row.maximum.value) == (0, 3)
+        row.adapt_button.click()  # unedited: the bounds the pool has
+        assert cluster.pool_status()["cpu"].adaptive == (0, 3), row.message.value
+        row.jobs.value = 5  # typed, not pressed yet
+        cluster.adapt(pool="cpu", minimum=1, maximum=4)
+        view.redraw()
+        assert (row.jobs.value, row.minimum.value, row.maximum.value) == (5, 1, 4)
+        cluster.scale(1, pool="cpu")  # a fixed target again: the bounds stay as they were
+        view.redraw()
+        assert (row.jobs.value, row.minimum.value, row.maximum.value) == (5, 1, 4)
+        row.jobs.value = 1  # the user's value now matches the pool's: it follows again
+        view.redraw()
+        cluster.scale(0, pool="cpu")
+        view.redraw()
+        assert row.jobs.value == 0, (row._shown, cluster.pool_status()["cpu"])
