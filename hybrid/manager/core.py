@@ -409,17 +409,20 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
         A call that fails changes no target (so nothing resubmits behind the caller's back)
         and is reported once: by its exception. ``refresh=False`` counts the jobs as of the
-        last refresh (an adaptive step that has just refreshed them)."""
+        last refresh (an adaptive step that has just refreshed them). A job that left the
+        queue while it waited, not decided yet (:data:`~hybrid.manager.watching.VANISHED_GRACE`),
+        still counts: it is replaced once it is known to be no failure."""
         async with pool.scaling:
             if refresh:
                 await self.refresh(pool)
             active = pool.counted()
-            if len(active) < n:
+            queued = len(active) + len(pool._vanished)
+            if queued < n:
                 self.check_limits(pool, n)
             previous, pool.target = pool.target, n
             try:
-                if len(active) < n:
-                    await self.submit(pool, n - len(active), report=False)
+                if queued < n:
+                    await self.submit(pool, n - queued, report=False)
                 elif len(active) > n:
                     await self.retire(pool, len(active) - n, idle_only=idle_only)
             except BaseException:

@@ -79,3 +79,40 @@ def test_waiting_jobs_removed_from_outside_are_replaced_and_no_failure(
         ended = {s.job_id: s for s in pool.ended}
         assert {ended[j].state.value for j in removed} == {"removed"}, [ended[j] for j in removed]
         assert not [r for r in caplog.records if "gives up" in r.getMessage()]
+
+
+@pytest.mark.sge
+def test_an_adaptive_pool_replaces_a_vanished_job_only_once_it_is_decided(
+        request, staging, monkeypatch) -> None:
+    """As a fixed target does: a pending job gone without a record (Grid Engine's ``qdel``)
+    may have started and failed between two looks, and a replacement before its record had
+    time would resubmit a failing job faster than its failures are counted. Adaptivity
+    replaced it at its next step."""
+    use_pool("sge", request)
+    monkeypatch.setattr(watching, "VANISHED_GRACE", 6.0)
+    decided: list[tuple[int, int]] = []  # (submissions, adaptive steps) when it was decided
+
+    class Decision(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "was removed while it waited in the queue" in record.getMessage():
+                decided.append((pool.submit_calls, adaptive.steps))
+
+    handler = Decision(logging.WARNING)
+    logging.getLogger("hybrid").addHandler(handler)
+    try:
+        with dask.config.set(QUICK), HybridCluster() as cluster:
+            pool = cluster.add_pool("w", "sge", nanny=False, job_extra_directives=waiting("sge"),
+                                    **options("sge"))
+            adaptive = cluster.adapt(pool="w", minimum=1, maximum=1, interval="0.5s")
+            wait_for(lambda: len(active_jobs(cluster, "w")) == 1 and pool.submit_calls == 1,
+                     60, "one job in the queue")
+            steps = adaptive.steps
+            pool.system.remove(sorted(active_jobs(cluster, "w")))  # qdel, from outside
+            wait_for(lambda: decided, 120, "the pool to decide on the removed job")
+            submissions, steps_then = decided[0]
+            assert steps_then >= steps + 3, (steps, steps_then)  # it stepped meanwhile
+            assert submissions == 1  # and submitted nothing for the undecided job
+            wait_for(lambda: pool.submit_calls == 2, 60, "the replacement, once decided")
+            assert pool.failures == 0 and pool.failed is None
+    finally:
+        logging.getLogger("hybrid").removeHandler(handler)
