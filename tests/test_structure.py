@@ -40,6 +40,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("security", ("hybrid.security",)),
     ("batch systems", ("hybrid.batch.base", "hybrid.batch.htcondor", "hybrid.batch.slurm",
                        "hybrid.batch.pbs", "hybrid.batch.lsf", "hybrid.batch.sge",
+                       "hybrid.batch.sge_documents",
                        "hybrid.batch.local", "hybrid.batch")),
     ("kubernetes", ("hybrid.kubernetes", "hybrid.kubernetes.*")),
     ("garbage collection", ("hybrid.batch.orphans",)),

@@ -11,13 +11,12 @@ read back with ``qstat -xml -j`` (``hybrid gc`` uses the address).
 States come from ``qstat -xml -g d`` (one entry per task) and the details of our jobs from
 ``qstat -xml -j``: ``qw`` pending (the reason: the scheduler's messages, where the site keeps
 them, ``schedd_job_info``), ``h..`` held, ``E..`` held with the task's error (``Eqw``: "can't
-chdir to ..."; ``qmod -cj`` clears it), ``s``/``S``/``T`` held (suspended), ``r``/``t``
+chdir to ..."; ``qmod -cj`` clears it), ``s``/``S``/``T`` suspended, ``r``/``t``
 running (``Rr`` too: qstat(1)'s ``R`` is "restarted"), ``Rq`` pending (rescheduled, to run
 again), ``d..`` being removed. Tasks that left the queue are looked up with ``qacct`` (the
 accounting file, where this node can read it): ``failed`` and ``exit_status`` say how they
 ended. These do not say who ended a task: :class:`~hybrid.manager.PoolManager` remembers the
-jobs it removed. Grid Engine 8.1.9 prints ``<job ids>`` (not XML) in the messages of an
-``Rq`` task: element names are repaired, and a document still not XML is read job by job.
+jobs it removed. What qstat and qacct print is read by :mod:`hybrid.batch.sge_documents`.
 
 Grid Engine reads ``#$`` at the start of ANY line of a job script as a directive, even after
 the first command and inside a quoted string: no value that reaches the script may put one
@@ -27,12 +26,10 @@ there (:meth:`SGE.check_spec`; :meth:`SGE.render` checks the whole script again)
 from __future__ import annotations
 
 import getpass
-import html
 import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +45,17 @@ from hybrid.batch.base import (
     staging_root,
     tag_prefix,
 )
+from hybrid.batch.sge_documents import (
+    CONTEXT,
+    JobDetail,
+    accounting_records,
+    accounting_state,
+    job_details,
+    parse_xml,
+    sge_state,
+    task_numbers,
+    text_of,
+)
 from hybrid.errors import BatchError, ConfigurationError, TemplateError
 from hybrid.fields import BatchWord, ResourceName, ResourceNames, ResourceRequests, count, reject
 
@@ -55,19 +63,11 @@ if TYPE_CHECKING:
     from hybrid.checks import CheckResult
     from hybrid.pools import PoolSpec
 
-#: The job context variable that carries hybrid's tag.
-CONTEXT = "HYBRID_TAG"
 #: qdel/qstat words meaning "that job or task is no longer there", not a failure.
 _GONE = ("does not exist", "comprises no tasks", "has already been deleted",
          "is already in deletion", "has deleted", "for deletion", "has registered")
 #: A directive line anywhere in a script: "#$" at the start of a line.
 _DIRECTIVE_LINE = re.compile(r"(?m)^#\$")
-_SUSPENDED = {"s": "suspended (qmod -sj)", "S": "suspended with its queue (qmod -sq)",
-              "T": "suspended by the queue's suspend threshold"}
-_MESSAGE_PREFIX = re.compile(r"^\d\d/\d\d/\d{4} \d\d:\d\d:\d\d \[[^\]]*\]: ")
-#: A tag whose name has spaces (``<job ids>``): words only, no attribute, no quote.
-_SPACED_TAG = re.compile(r"<(/?)([A-Za-z_][\w.-]*(?:[ \t]+[A-Za-z_][\w.-]*)+)[ \t]*(/?)>")
-_warned: set[str] = set()  # the commands whose documents were salvaged (said once)
 logger = logging.getLogger("hybrid")
 
 
@@ -98,159 +98,6 @@ class SGESettings(SystemSettings):
     resource_spec: ResourceRequests | None = None
     #: Read ``qacct`` for tasks that left the queue (how they ended).
     accounting: bool = True
-
-
-@dataclass
-class _Detail:
-    """What ``qstat -xml -j`` says about one job."""
-
-    tag: str = ""
-    name: str = ""
-    errors: dict[str, str] = field(default_factory=dict)
-    messages: list[str] = field(default_factory=list)
-
-
-def _text(element: ET.Element | None, path: str) -> str:
-    found = element.find(path) if element is not None else None
-    return (found.text or "").strip() if found is not None else ""
-
-
-def _xml(out: str, what: str) -> ET.Element | None:
-    """``out`` (``None``: empty) parsed, tag names with spaces joined by ``_`` if need be."""
-    if not out.strip():
-        return None
-    try:
-        return ET.fromstring(_SPACED_TAG.sub(lambda m: f"<{m[1]}{'_'.join(m[2].split())}{m[3]}>",
-                                             out))
-    except ET.ParseError as error:  # (what the repair left; it keeps the lines)
-        return _salvaged(out, what, BatchError(
-            f"{what} printed something that is not XML ({error}): {out[:200]!r}"))
-
-
-def _salvaged(out: str, what: str, error: BatchError) -> ET.Element:
-    """A document not XML even repaired, read job by job (from one ``JB_job_number`` to the
-    next) by the tags of what hybrid needs; ``error`` if a job lacks its number, name, state."""
-    listing = re.search(r"<job_list[\s>]", out) is not None
-    needed = ("JB_job_number", "JB_name", "state") if listing else ("JB_job_number",)
-    jobs = ET.SubElement(root := ET.Element("salvaged"), "djob_info")
-    for part in re.split(r"(?=<JB_job_number>)", out)[1:]:
-        entry = ET.SubElement(jobs, "job_list" if listing else "element")
-        for name in ("JB_job_number", "JB_name", "JB_job_name", "state", "tasks"):
-            if found := re.search(rf"<{name}>([^<]*)</{name}>", part):
-                ET.SubElement(entry, name).text = html.unescape(found[1])
-        if tag := re.search(rf"<VA_variable>{CONTEXT}</VA_variable>\s*<VA_value>([^<]*)<", part):
-            context = ET.SubElement(ET.SubElement(entry, "JB_context"), "context_list")
-            ET.SubElement(context, "VA_variable").text = CONTEXT
-            ET.SubElement(context, "VA_value").text = html.unescape(tag[1])
-        if not all(_text(entry, name) for name in needed):
-            raise error
-    if not len(jobs):
-        raise error
-    if what not in _warned:
-        _warned.add(what)
-        logger.warning("%s; read job by job by its tags (the reasons of waiting and held jobs "
-                       "may be missing)", error)
-    return root
-
-
-def task_numbers(tasks: str) -> list[str]:
-    """``"3"``, ``"2-4:1"``, ``"1,3,5-9:2"`` -> the task numbers."""
-    numbers: list[str] = []
-    for part in tasks.split(","):
-        match = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
-        if not match:
-            continue
-        first = int(match[1])
-        last = int(match[2] or first)
-        numbers += [str(n) for n in range(first, last + 1, int(match[3] or 1))]
-    return numbers
-
-
-def sge_state(state: str, error: str | None = None,
-              messages: Iterable[str] = ()) -> tuple[JobState, str | None]:
-    """Map a ``qstat`` state (``qw``, ``hqw``, ``Eqw``, ``r``, ``dr``...) to a
-    :class:`JobState` and a reason."""
-    scheduler = "; ".join(list(dict.fromkeys(messages))[:3]) or None
-    if "d" in state:
-        return JobState.removing, "being deleted (qdel)"
-    if "E" in state:
-        return JobState.held, (f"error state {state}: {error}" if error else
-                               f"error state {state}") + "; `qmod -cj` clears it once fixed"
-    if "h" in state:
-        return JobState.held, f"on hold ({state}; `qrls` releases it)"
-    for letter, why in _SUSPENDED.items():
-        if letter in state:
-            return JobState.suspended, why
-    if any(letter in state for letter in "rt"):  # (R: restarted, e.g. Rr)
-        return JobState.running, None
-    if "z" in state:
-        return JobState.finished, None
-    if "R" in state:  # Rq: rescheduled, to run again
-        return JobState.pending, f"rescheduled ({state}), waiting to run again" + (
-            f": {scheduler}" if scheduler else "")
-    return JobState.pending, scheduler
-
-
-def _details(root: ET.Element | None) -> dict[str, _Detail]:
-    """Job number -> its context tag, task errors and scheduler messages."""
-    details: dict[str, _Detail] = {}
-    if root is None:
-        return details
-    for job in root.iterfind("djob_info/element"):
-        detail = _Detail(name=_text(job, "JB_job_name"))
-        for variable in job.iterfind("JB_context/context_list"):
-            if _text(variable, "VA_variable") == CONTEXT:
-                detail.tag = _text(variable, "VA_value")
-        for task in job.iterfind("JB_ja_tasks/ulong_sublist"):
-            words = [_MESSAGE_PREFIX.sub("", m.text.strip())
-                     for m in task.iterfind("JAT_message_list/ulong_sublist/QIM_message")
-                     if m.text]
-            if words:
-                detail.errors[_text(task, "JAT_task_number")] = "; ".join(words)
-        details[_text(job, "JB_job_number")] = detail
-    for message in root.iter():
-        text = _text(message, "MES_message")
-        if not text:
-            continue
-        for number in message.iterfind("MES_job_number_list/*/ULNG_value"):  # (or job_ids)
-            if number.text and number.text.strip() in details:
-                details[number.text.strip()].messages.append(text)
-    # why nothing more starts anywhere (a full cell: "queue instance ... dropped because it
-    # is full"): the reason of every job without one of its own
-    cell = [text for message in root.iterfind(".//SME_global_message_list/element")
-            if (text := _text(message, "MES_message"))]
-    for detail in details.values():
-        if not detail.messages:
-            detail.messages = list(cell)
-    return details
-
-
-def _accounting(out: str) -> Iterator[dict[str, str]]:
-    """The records of ``qacct -j``, as dicts of their fields."""
-    for block in re.split(r"^=+\s*$", out, flags=re.M):
-        record = {}
-        for line in block.splitlines():
-            key, _, value = line.strip().partition(" ")
-            if key:
-                record[key] = value.strip()
-        if "jobnumber" in record:
-            yield record
-
-
-def accounting_state(record: dict[str, str]) -> tuple[JobState, str | None]:
-    """How one ``qacct`` record ended: finished, or failed with why (ending in the exit
-    status, which :meth:`~hybrid.manager.PoolManager.describe_end` explains)."""
-    failed = record.get("failed", "0").strip()
-    try:
-        status = int(record.get("exit_status", "0").split()[0])
-    except (ValueError, IndexError):
-        status = 0
-    if failed.split(":")[0].strip() in ("", "0") and status == 0:
-        return JobState.finished, None
-    words = f"killed by signal {status - 128}, " if status > 128 else ""
-    if failed.split(":")[0].strip() not in ("", "0"):
-        words += f"Grid Engine: failed {failed}, "
-    return JobState.failed, f"{words}exit status {status}"
 
 
 def _ranges(job_ids: Iterable[str]) -> list[str]:
@@ -414,12 +261,12 @@ class SGE(CommandLineSystem):
     def _records(self, out: str, prefix: str, jobs: set[str] | None,
                  ) -> list[tuple[str, str, JobState, str | None]]:
         tasks = []
-        for entry in (_xml(out, "qstat -xml") or ET.Element("none")).iter("job_list"):
-            number, name = _text(entry, "JB_job_number"), _text(entry, "JB_name")
+        for entry in (parse_xml(out, "qstat -xml") or ET.Element("none")).iter("job_list"):
+            number, name = text_of(entry, "JB_job_number"), text_of(entry, "JB_name")
             if not name.startswith(prefix) or (jobs is not None and number not in jobs):
                 continue
-            for task in task_numbers(_text(entry, "tasks") or "1"):
-                tasks.append((number, task, _text(entry, "state")))
+            for task in task_numbers(text_of(entry, "tasks") or "1"):
+                tasks.append((number, task, text_of(entry, "state")))
         if not tasks:
             return []
         details = self._details(sorted({number for number, _, _ in tasks}, key=int))
@@ -432,12 +279,12 @@ class SGE(CommandLineSystem):
             records.append((f"{number}.{task}", detail.tag, job_state, reason))
         return records
 
-    def _details(self, jobs: list[str]) -> dict[str, _Detail]:
+    def _details(self, jobs: list[str]) -> dict[str, JobDetail]:
         result = run_command(["qstat", "-xml", "-j", ",".join(jobs)], check=False)
         if result.returncode != 0:
             raise BatchError(f"qstat -j failed (exit {result.returncode}): "
                              f"{(result.stderr or result.stdout).strip()}")
-        return _details(_xml(result.stdout, "qstat -xml -j"))
+        return job_details(parse_xml(result.stdout, "qstat -xml -j"))
 
     def query(self, cluster: str | None = None, job_ids: Iterable[str] | None = None,
               history: bool = False) -> list[JobStatus]:
@@ -480,7 +327,7 @@ class SGE(CommandLineSystem):
                 result = run_command(["qacct", "-j", job], check=False, timeout=30)
             except BatchError:
                 continue  # a huge accounting file: no history rather than a stuck poll
-            for record in _accounting(result.stdout):
+            for record in accounting_records(result.stdout):
                 task = record.get("taskid", "undefined")
                 job_id = f"{record['jobnumber']}.{task if task.isdigit() else 1}"
                 name = record.get("jobname", "")

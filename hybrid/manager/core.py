@@ -410,7 +410,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         A call that fails changes no target (so nothing resubmits behind the caller's back)
         and is reported once: by its exception. ``refresh=False`` counts the jobs as of the
         last refresh (an adaptive step that has just refreshed them). A job that left the
-        queue while it waited, not decided yet (:data:`~hybrid.manager.watching.VANISHED_GRACE`),
+        queue while it waited, not decided yet (``watching.VANISHED_GRACE``),
         still counts: it is replaced once it is known to be no failure."""
         async with pool.scaling:
             if refresh:

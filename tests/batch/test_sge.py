@@ -177,6 +177,39 @@ def test_held_and_error_state_jobs_are_reported_with_their_reason(sge_cell, stag
 
 
 @pytest.mark.sge
+def test_one_held_task_s_hold_is_not_its_sibling_s_reason(sge_cell, staging) -> None:
+    """Grid Engine gives its scheduling messages per job number, for every task of an
+    array: one held task's "Job is in hold state" read as the reason of its siblings that
+    merely wait (here for their begin time)."""
+    import time
+
+    later = time.strftime("%Y%m%d%H%M", time.localtime(time.time() + 3600))
+    settings = {"hybrid.batch.poll-interval": "0.5s"}
+    with dask.config.set(settings), HybridCluster() as cluster:
+        pool = cluster.add_pool("w", "sge", nanny=False, walltime="00:10",
+                                job_extra_directives=[f"-a {later}"])
+        cluster.scale(2)
+        wait_for(lambda: len(pool.jobs) == 2, 60, "two tasks in the queue")
+        held, waiting = sorted(pool.jobs)
+        subprocess.run(["qhold", held], check=True, capture_output=True, timeout=60)
+
+        def reasons() -> dict[str, str | None]:
+            return {j: s.reason for j, s in pool.jobs.items()}
+
+        def said_by_grid_engine() -> bool:
+            out = subprocess.run(["qstat", "-j", held.split(".")[0]], capture_output=True,
+                                 text=True, timeout=60).stdout
+            return "Job is in hold state" in out and "execution time not reached" in out
+
+        wait_for(said_by_grid_engine, 120, "Grid Engine's messages for the job")
+        seen = time.monotonic()
+        wait_for(lambda: pool.refreshed_at > seen + 0.1, 30, "a refresh of the pool since")
+        assert pool.jobs[held].state is JobState.held and "qrls" in reasons()[held]
+        assert "hold state" not in reasons()[waiting], reasons()
+        assert cluster.pool_status()["w"].jobs["pending"] == 1
+
+
+@pytest.mark.sge
 def test_a_job_waiting_for_a_full_queue_says_why_and_its_wait_is_counted(
         sge_cell, staging, caplog) -> None:
     """A full cell gives a waiting job no message of its own, only the scheduler's global
@@ -516,6 +549,10 @@ def test_task_ranges_and_states_read_as_grid_engine_writes_them() -> None:
     assert sge_state("qw", None, ["queue instance full"]) == (JobState.pending,
                                                             "queue instance full")
     assert sge_state("hqw")[0] is JobState.held
+    # (the scheduler's messages are the job number's: a sibling's hold is not this task's)
+    both = ["Job is in hold state", "execution time not reached"]
+    assert sge_state("qw", None, both) == (JobState.pending, "execution time not reached")
+    assert sge_state("hqw", None, both)[0] is JobState.held
     state, reason = sge_state("Eqw", "error: can't chdir to /x: No such file or directory")
     assert state is JobState.held and "can't chdir to /x" in reason
     assert sge_state("dr")[0] is JobState.removing
@@ -612,7 +649,7 @@ def test_a_document_that_stays_broken_is_read_job_by_job(monkeypatch, caplog) ->
     broken = RESCHEDULED_DETAILS.replace("previous run", "previous <run> & co")
     listing = RESCHEDULED_LISTING.replace("<JAT_prio>", "<JAT_prio a&b>")
     _answers(monkeypatch, listing, broken)
-    monkeypatch.setattr("hybrid.batch.sge._warned", set())  # (said once per process)
+    monkeypatch.setattr("hybrid.batch.sge_documents._warned", set())  # (said once per process)
     with caplog.at_level("WARNING", logger="hybrid"):
         statuses = {s.job_id: s for s in SGE().query(cluster="rqfixture")}
         SGE().query(cluster="rqfixture")
