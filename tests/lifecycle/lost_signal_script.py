@@ -21,7 +21,8 @@ import time
 from hybrid import HybridCluster
 
 signum = getattr(signal, sys.argv[1])
-signal.signal(signal.SIGHUP, signal.SIG_DFL)  # (as a terminal gives it, whatever CI has)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # (as a terminal gives them, whatever CI has)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks where it hangs
 main = threading.main_thread().ident
 

@@ -1,7 +1,8 @@
-"""A signal that ends the process, taken by another thread while the main thread sleeps in
-one long call, still closes the open clusters and ends the process at once (CI saw a user's
-script stay asleep 180 s after its SIGTERM, its jobs left running: the kernel had given the
-signal to another thread, or between Python's last look and the sleep)."""
+"""A signal that ends the process (or Ctrl-C), taken by another thread while the main
+thread sleeps in one long call, still closes the open clusters and ends the process at once
+(CI saw a user's script stay asleep 180 s after its SIGTERM, its jobs left running: the
+kernel had given the signal to another thread, or between Python's last look and the
+sleep)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("name", "words"), [("SIGTERM", "terminated (SIGTERM)"),
-                                             ("SIGHUP", "hung up (SIGHUP")])
+                                             ("SIGHUP", "hung up (SIGHUP"),
+                                             ("SIGINT", "interrupted (Ctrl-C)")])
 def test_a_signal_another_thread_took_still_ends_the_sleeping_script(name, words):
     signum = getattr(signal, name)
     process = subprocess.Popen([sys.executable, str(SCRIPT), name], cwd=REPO,
