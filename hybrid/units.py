@@ -9,17 +9,43 @@ from __future__ import annotations
 import datetime
 import math
 import re
-from typing import Any
-
-import pint
+import threading
+from typing import TYPE_CHECKING, Any
 
 from hybrid.errors import ConfigurationError
 
-unit = pint.UnitRegistry()
-Quantity = unit.Quantity
+if TYPE_CHECKING:
+    import pint
 
-__all__ = ["Quantity", "format_bytes", "hhmm", "is_quantity", "parse_memory", "parse_walltime",
-           "unit"]
+__all__ = ["Quantity", "format_bytes", "hhmm", "is_quantity", "parse_memory",  # noqa: F822
+           "parse_walltime", "registry", "unit"]  # (Quantity and unit: made on first use)
+
+
+_made: list[pint.UnitRegistry] = []
+_making = threading.Lock()
+
+
+def registry() -> pint.UnitRegistry:
+    """The package's one pint registry (``hybrid.units.unit``), made when first needed:
+    building it costs a quarter of a second, which a command that parses no unit does not
+    pay. (Once, whichever threads ask: quantities of two registries do not mix.)"""
+    if not _made:
+        with _making:
+            if not _made:
+                import pint
+
+                _made.append(pint.UnitRegistry())
+    return _made[0]
+
+
+def __getattr__(name: str) -> Any:
+    """``unit`` (the registry) and ``Quantity`` (its quantity class), made on first use."""
+    if name == "unit":
+        return registry()
+    if name == "Quantity":
+        return registry().Quantity
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: No worker gets more memory than this: larger values are typing mistakes.
 MAX_BYTES = 2**50
@@ -41,9 +67,9 @@ def _as_own_quantity(value: Any, field: str, accepted: str) -> pint.Quantity:
     quantity = None
     try:
         if is_quantity(value):
-            quantity = Quantity(value.magnitude, str(value.units))
+            quantity = registry().Quantity(value.magnitude, str(value.units))
         elif isinstance(value, str) and re.search(r"[A-Za-z]", value) and "\0" not in value:
-            quantity = Quantity(value.strip())
+            quantity = registry().Quantity(value.strip())
     except Exception:  # pint raises many kinds (ZeroDivisionError for "1/0 GiB" among them)
         quantity = None
     if quantity is None or not is_quantity(quantity) or not _finite(quantity.magnitude):
@@ -73,11 +99,11 @@ def parse_memory(value: Any, field: str) -> pint.Quantity:
         quantity = _as_own_quantity(value, field, accepted)
     except ConfigurationError:
         raise ConfigurationError(field, value, accepted, _memory_hint(value)) from None
-    if quantity.dimensionality != unit.byte.dimensionality:
+    if quantity.dimensionality != registry().byte.dimensionality:
         raise ConfigurationError(field, value, accepted, _memory_hint(value))
     if quantity.magnitude < 0:
         raise ConfigurationError(field, value, accepted + " that is not negative")
-    if quantity.to(unit.byte).magnitude > MAX_BYTES:
+    if quantity.to(registry().byte).magnitude > MAX_BYTES:
         raise ConfigurationError(field, value, accepted + " of at most 1 PiB")
     return quantity
 
@@ -99,7 +125,7 @@ def _memory_hint(value: Any) -> str | None:
 
 def to_bytes(quantity: pint.Quantity) -> int:
     """Whole bytes in a memory quantity."""
-    return round(quantity.to(unit.byte).magnitude)
+    return round(quantity.to(registry().byte).magnitude)
 
 
 def format_bytes(n: int) -> str:
@@ -178,14 +204,15 @@ def duration_seconds(value: Any) -> float | None:
         return None
     try:
         if is_quantity(value):
-            return float(Quantity(value.magnitude, str(value.units)).to(unit.second).magnitude)
+            own = registry().Quantity(value.magnitude, str(value.units))
+            return float(own.to(registry().second).magnitude)
         if isinstance(value, (int, float, str, datetime.timedelta)):
             return float(parse_timedelta(value))
     except Exception:
         pass
     if isinstance(value, str) and re.search(r"[A-Za-z]", value):
         try:  # units dask does not know, e.g. "30 min", "1.5 hours"
-            return float(Quantity(value.strip()).to(unit.second).magnitude)
+            return float(registry().Quantity(value.strip()).to(registry().second).magnitude)
         except Exception:
             return None
     return None
