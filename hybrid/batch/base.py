@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -53,6 +54,10 @@ __all__ = [
     "ReservedOptions", "Staging", "SystemSettings", "ToolMissing", "WorkerJob", "parse_tag",
     "run_command", "staging_root", "tag_prefix", "worker_name_suffix", "write_private",
 ]
+
+#: Listings of a cluster's jobs that may fail in a row (a busy controller's timeouts)
+#: before what needs them gives up: ``hybrid cancel --cluster``, a pool's close.
+LISTING_TRIES = 3
 
 
 def run_command(argv: Sequence[str], *, input: str | None = None, timeout: float = 60,
@@ -361,8 +366,23 @@ class BatchSystem(abc.ABC):
         """Remove exactly these jobs."""
 
     def remove_cluster(self, cluster: str) -> list[str]:
-        """Remove every active job of ``cluster``; return their ids."""
-        ids = [j.job_id for j in self.query(cluster=cluster) if j.state.active]
+        """Remove every active job of ``cluster``; return their ids. The jobs are found by
+        listing them: a listing that fails (a busy controller's timeout) is asked again, up
+        to :data:`LISTING_TRIES` times, before nothing is removed, with why and what to do."""
+        for attempt in range(1, LISTING_TRIES + 1):
+            try:
+                listed = self.query(cluster=cluster)
+                break
+            except (BatchError, OSError) as error:
+                if attempt == LISTING_TRIES:
+                    raise BatchError(
+                        f"listing the jobs of cluster {cluster} failed {LISTING_TRIES} times in "
+                        f"a row, so none was removed (the last time: {error}). Once "
+                        f"{self.name} answers, run this again, or list them (`hybrid status "
+                        f"--system {self.name} --cluster {cluster}`) and remove them by id "
+                        f"(`hybrid cancel --system {self.name} JOB_ID ...`).") from error
+                time.sleep(attempt)  # (1 s, then 2 s)
+        ids = [j.job_id for j in listed if j.state.active]
         if ids:
             self.remove(ids)
         return ids

@@ -431,7 +431,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_clearly
 def cancel(system: str, cluster_name: str | None, job_ids: tuple[str, ...], as_json: bool) -> None:
-    """Remove exactly the JOB_IDS given, or every job of --cluster."""
+    """Remove exactly the JOB_IDS given, or every job of --cluster (found by listing them:
+    a listing that fails, a busy controller's timeout, is asked again up to 3 times)."""
     if bool(cluster_name) == bool(job_ids):
         raise click.UsageError("give either JOB_IDS or --cluster NAME")
     batch_system = get_system(system)

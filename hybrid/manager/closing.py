@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from hybrid.batch import JobState, JobStatus
+from hybrid.batch.base import LISTING_TRIES
 from hybrid.batch.staging import remove_staging_of
 from hybrid.errors import BatchError, CleanupFailed
 from hybrid.manager.pool import ManagedPool, short_ids
@@ -28,7 +29,7 @@ SAY_CLOSING_WITHIN = 2.0
 REMOVE_AGAIN_AFTER = 5.0
 #: Listings that may fail in a row while a pool closes (a busy controller's timeouts) before
 #: the close says it cannot confirm the removal (its removal went out all the same).
-QUERY_TRIES = 3
+QUERY_TRIES = LISTING_TRIES
 
 
 class Closing:

@@ -72,3 +72,35 @@ def test_close_removes_the_jobs_it_tracks_when_the_listing_fails(
             if slurm_jobs(cluster.name):  # (before the fix: they ran on)
                 subprocess.run(["scancel", *slurm_jobs(cluster.name)], capture_output=True)
             cluster.close()
+
+
+@pytest.mark.parametrize("failures", [2, -1], ids=["for-a-while", "always"])
+def test_hybrid_cancel_of_a_cluster_asks_a_failing_listing_again(
+        failures, slurm_cluster, staging, tmp_path, monkeypatch) -> None:
+    """``hybrid cancel --cluster`` finds the jobs by listing them (it tracks none): one
+    timed-out ``squeue`` made it remove nothing. It asks again, as a close does; a listing
+    that keeps failing is said with how to go on, and nothing is half done."""
+    import os
+    import sys
+    from pathlib import Path
+
+    hybrid = str(Path(sys.executable).with_name("hybrid"))
+    with dask.config.set(QUICK), HybridCluster() as cluster:
+        cluster.add_pool("w", "slurm", nanny=False, walltime="00:15",
+                         job_extra_directives=["--begin=now+1hour"])
+        cluster.scale(2)
+        wait_for(lambda: len(slurm_jobs(cluster.name)) == 2, 60, "two pending jobs")
+        with monkeypatch.context() as patch:
+            _failing_squeue(tmp_path, patch, failures)
+            done = subprocess.run([hybrid, "cancel", "--system", "slurm", "--cluster",
+                                   cluster.name], capture_output=True, text=True, timeout=120,
+                                  env=dict(os.environ))
+        if failures < 0:
+            assert done.returncode != 0, done.stdout
+            assert "Socket timed out" in done.stderr and "3 times" in done.stderr, done.stderr
+            assert f"hybrid status --system slurm --cluster {cluster.name}" in done.stderr
+            assert len(slurm_jobs(cluster.name)) == 2  # (the cluster's own close removes them)
+        else:
+            assert done.returncode == 0, done.stderr
+            assert "removed 2 job(s)" in done.stdout, done.stdout
+            wait_for(lambda: not slurm_jobs(cluster.name), 30, "no job of the cluster left")
