@@ -353,8 +353,8 @@ class ManagedPool:
         return bool(self.submit_calls or self.jobs or self.adopted or self.attempted)
 
     def active(self) -> list[str]:
-        """Ids of the jobs in the queue: pending, running or held (as of the last refresh;
-        jobs being removed are not listed)."""
+        """Ids of the jobs in the queue: pending, running, suspended or held (as of the last
+        refresh; jobs being removed are not listed)."""
         return list(self.jobs.queued)  # type: ignore[attr-defined]
 
     def counted(self) -> list[str]:

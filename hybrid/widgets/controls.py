@@ -106,11 +106,20 @@ class ClusterWidget:
         self._callback: Any = None
         self.redraw()
 
-    def redraw(self) -> None:
+    def redraw(self, wait: bool = True) -> bool:
         """Draw the table from the pools' last refresh; add controls for new pools, and
-        show each pool's target and bounds in its controls (:meth:`PoolControls.follow`)."""
-        with self._drawing:  # (the loop's tick and a button's call: one at a time, so a
-            self._redraw()  # status read before a change is never shown after it)
+        show each pool's target and bounds in its controls (:meth:`PoolControls.follow`).
+
+        One redraw at a time (the loop's tick, a button's call), so that a status read
+        before a change is never shown after it; ``wait=False`` (the tick, on the event
+        loop, which must never wait) skips the redraw while another one runs (``False``)."""
+        if not self._drawing.acquire(blocking=wait):
+            return False
+        try:
+            self._redraw()
+        finally:
+            self._drawing.release()
+        return True
 
     def _redraw(self) -> None:
         from hybrid.widgets.html import cluster_repr_html
@@ -139,11 +148,10 @@ class ClusterWidget:
 
         def tick() -> None:
             if str(getattr(self.cluster.status, "name", self.cluster.status)) == "closed":
-                self.redraw()
-                if self._callback is not None:
-                    self._callback.stop()
+                if self.redraw(wait=False) and self._callback is not None:
+                    self._callback.stop()  # (the last picture drawn: the closed cluster)
                 return
-            self.redraw()
+            self.redraw(wait=False)
 
         def install() -> None:
             self._callback = PeriodicCallback(tick, REDRAW_EVERY_MS)

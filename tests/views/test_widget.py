@@ -43,7 +43,7 @@ def test_the_widget_refuses_bad_values_with_the_apis_errors_and_submits_nothing(
         row.scale_button.click()
         assert "target 1 job(s)" in row.message.value
         cluster.wait_for_workers(1, timeout=60, progress=False)
-        wait_for(lambda: (view.redraw() or "<td>running</td>" not in view.table.value)
+        wait_for(lambda: (view.redraw() and "<td>running</td>" not in view.table.value)
                  and re.search(r"<td>cpu</td><td>local</td><td>notGPU: 1 core</td><td>1</td>"
                                r"<td>1</td><td>0</td><td>1</td><td>0</td><td>0</td><td>off</td>",
                                view.table.value), 30, "the row shows 1 running, 1 worker")
