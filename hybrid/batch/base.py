@@ -368,7 +368,7 @@ class BatchSystem(abc.ABC):
     def remove_cluster(self, cluster: str) -> list[str]:
         """Remove every active job of ``cluster``; return their ids. The jobs are found by
         listing them: a listing that fails (a busy controller's timeout) is asked again, up
-        to :data:`LISTING_TRIES` times, before nothing is removed, with why and what to do."""
+        to ``LISTING_TRIES`` times, before nothing is removed, with why and what to do."""
         for attempt in range(1, LISTING_TRIES + 1):
             try:
                 listed = self.query(cluster=cluster)
