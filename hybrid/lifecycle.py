@@ -424,7 +424,8 @@ def _release_signals() -> None:
                 del _previous_handlers[number]
         global _waker
         if _waker is not None and not _previous_handlers:
-            _waker = _waker.stop()
+            _waker.stop()
+            _waker = None
 
 
 def _forget_all() -> None:
@@ -434,7 +435,8 @@ def _forget_all() -> None:
         _endings.clear()
         _previous_handlers.clear()
         if _waker is not None:  # (its thread is the parent's: the pipe too)
-            _waker = _waker.stop(in_child=True)
+            _waker.stop(in_child=True)
+            _waker = None
 
 
 class _Waker:
@@ -491,13 +493,12 @@ class _Waker:
             current = signal.set_wakeup_fd(self._previous)
             if current != self._write:  # (someone else's since: theirs is kept)
                 signal.set_wakeup_fd(current)
-                return None
+                return
             if signal.getsignal(self.WAKE_SIGNAL) is _on_wake:
                 signal.signal(self.WAKE_SIGNAL, self._wake_handler)
         for fd in (self._write, self._read) if in_child else (self._write,):
             with contextlib.suppress(OSError):
                 os.close(fd)  # (the thread sees the end of the pipe and closes its side)
-        return None
 
     def _listen(self) -> None:
         try:

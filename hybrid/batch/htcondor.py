@@ -50,7 +50,7 @@ from hybrid.fields import Seconds, absolute_path, seconds, strings
 logger = logging.getLogger("hybrid")
 
 _SPOOLING_HOLD_CODE = 16  # held while input files are being spooled: not a failure
-SUSPENDED = "its machine's SUSPEND policy, or condor_suspend"
+_SUSPENDED_REASON = "its machine's SUSPEND policy, or condor_suspend"
 
 
 def _bindings():
@@ -82,8 +82,8 @@ def condor_state(ad: Any, in_queue: bool = True) -> tuple[JobState, str | None]:
         return JobState.held, ad_text(ad, "HoldReason") or (  # (empty: a hold without one)
             "held by a user (condor_hold), no reason given" if code == 1  # UserRequest
             else "held, no reason given")
-    if status == named.SUSPENDED:  # (its machine's SUSPEND policy, or condor_suspend)
-        return JobState.suspended, SUSPENDED
+    if status == named.SUSPENDED:
+        return JobState.suspended, _SUSPENDED_REASON
     if status == named.IDLE:
         # the negotiator's word on why it did not match ("concurrency limit ... reached")
         return JobState.pending, ad_text(ad, "LastRejMatchReason") or None

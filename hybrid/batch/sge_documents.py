@@ -47,6 +47,7 @@ class JobDetail:
 
 
 def text_of(element: ET.Element | None, path: str) -> str:
+    """The stripped text at ``path`` below ``element`` (``""`` where there is none)."""
     found = element.find(path) if element is not None else None
     return (found.text or "").strip() if found is not None else ""
 

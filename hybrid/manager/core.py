@@ -409,14 +409,13 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
         A call that fails changes no target (so nothing resubmits behind the caller's back)
         and is reported once: by its exception. ``refresh=False`` counts the jobs as of the
-        last refresh (an adaptive step that has just refreshed them). A job that left the
-        queue while it waited, not decided yet (``watching.VANISHED_GRACE``),
-        still counts: it is replaced once it is known to be no failure."""
+        last refresh (an adaptive step that has just refreshed them). The jobs counted are
+        :meth:`ManagedPool.queued_count`'s (a vanished job not decided yet among them)."""
         async with pool.scaling:
             if refresh:
                 await self.refresh(pool)
             active = pool.counted()
-            queued = len(active) + len(pool._vanished)
+            queued = pool.queued_count()
             if queued < n:
                 self.check_limits(pool, n)
             previous, pool.target = pool.target, n
@@ -466,9 +465,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         gracefully (their results moved elsewhere first)."""
         live = await self.live_workers()
         connected = await self.pool_workers(pool, live)
-        suspended = {j for j, s in pool.jobs.items() if s.state is JobState.suspended}
-        chosen = pool.least_needed([j for j in pool.counted()
-                                    if j not in connected or j in suspended], count)
+        chosen = pool.least_needed([j for j in pool.counted() if j not in connected
+                                    or pool.jobs[j].state is JobState.suspended], count)
         await self.remove(pool, chosen)
         removed = list(chosen)
         left = count - len(chosen)
@@ -508,14 +506,14 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             return
         await self.check_lifetimes(pool)
         # (a job that left while it waited, not decided yet, is not replaced before it is)
-        if pool.adaptive is None and pool.target > len(pool.counted()) + len(pool._vanished):
+        if pool.adaptive is None and pool.target > pool.queued_count():
             async with pool.scaling:
                 await self._refill(pool)
         await self._remove_held(pool)
 
     async def _refill(self, pool: ManagedPool) -> None:
         """Submit the jobs a pool lacks for its target (with ``pool.scaling`` held)."""
-        missing = pool.target - len(pool.counted()) - len(pool._vanished)
+        missing = pool.target - pool.queued_count()
         if pool.adaptive is not None or missing <= 0:
             return
         try:  # replacements only for a scheduler that answers (none would join a dead one)

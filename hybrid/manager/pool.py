@@ -369,6 +369,12 @@ class ManagedPool:
             self._counted = (versions, found)
         return list(found)
 
+    def queued_count(self) -> int:
+        """How many jobs count toward the target now: the :meth:`counted` ones and those
+        that left the queue while they waited, not decided yet (they are replaced once they
+        are known to be no failure)."""
+        return len(self.counted()) + len(self._vanished)
+
     def least_needed(self, job_ids: Iterable[str], count: int | None = None) -> list[str]:
         """Jobs without a worker in the order to remove them: held first, then pending,
         the newest first (the oldest have waited longest and start soonest), then suspended

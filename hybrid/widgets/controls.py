@@ -100,7 +100,6 @@ class ClusterWidget:
         self.table = HTML("")
         self.rows = VBox([])
         self.controls: dict[str, PoolControls] = {}
-        self._rows_of: list[str] = []  # the pools whose controls the rows show
         self._drawing = threading.Lock()
         self.root = VBox([self.table, self.rows])
         self._callback: Any = None
@@ -131,16 +130,16 @@ class ClusterWidget:
             self.table.value = (f"<p>{html.escape(type(error).__name__)}: "
                                 f"{html.escape(str(error))}</p>")
             return
+        shown = list(self.controls)
         for name, pool in pools.items():
             status = pool.status()
             if name in self.controls:
                 self.controls[name].follow(status.target, status.adaptive)
             else:
                 self.controls[name] = PoolControls(self, name, status.target, status.adaptive)
-        if list(pools) != self._rows_of:  # (a pool added or gone: the rows again)
+        if list(pools) != shown:  # (a pool added or gone: the rows again)
             self.controls = {n: self.controls[n] for n in pools}
             self.rows.children = [c.box for c in self.controls.values()]
-            self._rows_of = list(pools)
 
     def start(self) -> None:
         """Redraw every ``REDRAW_EVERY_MS`` milliseconds on the cluster's loop until it closes."""
