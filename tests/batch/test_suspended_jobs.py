@@ -90,6 +90,9 @@ def test_a_suspended_job_is_said_shown_and_resumes_as_the_same_run(
         cluster.scale(1)
         wait_for(lambda: victim not in pool.jobs, 60, "the suspended job to be removed")
         assert set(pool.jobs) == {other} and other not in pool.retiring
+    # the close leaves no job in the queue (as the batch system itself lists them)
+    wait_for(lambda: not [s for s in pool.system.query(cluster=cluster.name) if s.state.active],
+             60, "the batch system to list none of the cluster's jobs")
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     about = [line for line in said if f"job {victim} " in line]
     assert len(about) == 2 and f"job {victim} is suspended by {kind}" in about[0], said
