@@ -74,6 +74,7 @@ def bare_worker_jobs(system: str, n: int, *, tls: bool = False) -> dict[str, flo
         options = [*WORKER_OPTIONS, *(_tls_options(system, security, directory) if tls else [])]
         with LocalCluster(n_workers=0, host="127.0.0.1", protocol="tls://" if tls else "tcp://",
                           processes=False, dashboard_address=None,
+                          scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # (not :8787)
                           security=security) as scheduler_only, \
                 Client(scheduler_only, security=security, set_as_default=False) as client:
             address = scheduler_only.scheduler_address

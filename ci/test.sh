@@ -26,8 +26,17 @@ unset PYTHONDONTWRITEBYTECODE
 start=$SECONDS
 log "python environment in $VENV"
 [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-"$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+# uv (from the registry, with pip) installs the rest: the same packages as pip resolves, in
+# 15 s instead of pip's 55 s here (downloads side by side); pip if uv cannot be had
+pip_quiet() { "$VENV/bin/python" -m pip "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+pip_quiet install -q uv
+if [[ -x $VENV/bin/uv ]]; then
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[test]" \
+        || pip_quiet install -q -e ".[test]"
+else
+    pip_quiet install -q --upgrade pip
+    pip_quiet install -q -e ".[test]"
+fi
 "$VENV/bin/python" -c "import hybrid, htcondor2, dask_gateway_server, kubernetes_validate" \
     || { echo "the install did not complete: see pip's output above" >&2; exit 1; }
 

@@ -218,6 +218,38 @@ def loopback_schedulers(request, credentials_directory) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def http_servers_on_loopback() -> Iterator[None]:
+    """A scheduler's or worker's HTTP server (dashboard, health, metrics) that a test starts in
+    its own process and that listens beyond loopback fails that test at once: distributed's
+    ``dashboard_address=None`` still serves its HTTP routes, on port 8787 of the scheduler's
+    host, and of EVERY interface for an in-process cluster (``processes=False``). Give such a
+    cluster ``scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}``."""
+    import ipaddress
+
+    from distributed.node import ServerNode
+
+    original = ServerNode.start_http_server
+
+    def start_http_server(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        address = self.http_server.address
+        if not ipaddress.ip_address(address).is_loopback:
+            self.http_server.stop()
+            raise AssertionError(
+                f"{type(self).__name__}'s HTTP server listens on {address}:"
+                f"{self.http_server.port}: a test keeps every server on loopback (give it "
+                "dashboard_address='127.0.0.1:0'; a LocalCluster without a dashboard: "
+                "scheduler_kwargs={'dashboard_address': '127.0.0.1:0'})")
+        return result
+
+    ServerNode.start_http_server = start_http_server
+    try:
+        yield
+    finally:
+        ServerNode.start_http_server = original
+
+
 @pytest.fixture(scope="session")
 def htcondor_pool() -> Iterator[Path]:
     """The real HTCondor personal pool (ci/htcondor/up.sh); yields its client config path."""

@@ -367,7 +367,9 @@ def test_connected_is_when_the_scheduler_registered_the_last_worker():
 
     from benchmarks import postmatch
 
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
             Client(cluster, set_as_default=False) as client:
         start = postmatch.now()
         cluster.scale(2)

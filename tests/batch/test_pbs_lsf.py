@@ -504,8 +504,10 @@ def test_staging_directory_is_the_configured_tmp_dir(double: Double) -> None:
 @pytest.fixture
 def scheduler() -> Iterator[distributed.Client]:
     """A real distributed scheduler on 127.0.0.1 (no workers of its own)."""
+    http = {"dashboard_address": "127.0.0.1:0"}  # (not port 8787)
     with distributed.LocalCluster(n_workers=0, host="127.0.0.1", protocol="tcp://",
-                                  scheduler_port=0, dashboard_address=None) as cluster, \
+                                  scheduler_port=0, dashboard_address=None,
+                                  scheduler_kwargs=http) as cluster, \
             distributed.Client(cluster) as client:
         yield client
 

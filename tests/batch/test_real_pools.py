@@ -56,6 +56,7 @@ class RealScheduler:
 
     async def _start(self) -> Scheduler:
         return await Scheduler(host="127.0.0.1", port=0, dashboard=False,
+                               dashboard_address="127.0.0.1:0",
                                security=self.security)
 
     @property

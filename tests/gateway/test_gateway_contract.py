@@ -87,7 +87,7 @@ async def gateway_cluster_scheduler(monkeypatch, **environment: str):
                         **environment}.items():
         monkeypatch.setenv(name, value)
     scheduler = await Scheduler(
-        host="127.0.0.1", dashboard=False,
+        host="127.0.0.1", dashboard=False, dashboard_address="127.0.0.1:0",
         preload=[PRELOAD_MODULE, "dask_gateway.scheduler_preload"],
         preload_argv=["--dg-api-address", "127.0.0.1:0", "--dg-heartbeat-period", "1"])
     return scheduler, api
@@ -133,7 +133,7 @@ def test_pin_2_scale_down_retires_only_the_gateways_surplus(monkeypatch):
 
     async def main():
         scheduler, api = await gateway_cluster_scheduler(monkeypatch)
-        workers = [await Worker(scheduler.address, name=name, nthreads=1)
+        workers = [await Worker(scheduler.address, name=name, nthreads=1, host="127.0.0.1")
                    for name in [*own, "ext-0", "ext-1"]]
         service = scheduler.services["gateway"]
         try:
@@ -196,10 +196,10 @@ def test_pin_4_registration_goes_through_the_schedulers_register_worker_handler(
 
     async def main():
         scheduler, api = await gateway_cluster_scheduler(monkeypatch, **{LIMITS_ENV: limits})
-        first = await Worker(scheduler.address, name="ext-0", nthreads=1)
+        first = await Worker(scheduler.address, name="ext-0", nthreads=1, host="127.0.0.1")
         try:
             with pytest.raises(Exception) as refused:
-                await Worker(scheduler.address, name="ext-1", nthreads=1)
+                await Worker(scheduler.address, name="ext-1", nthreads=1, host="127.0.0.1")
             async with Client(scheduler.address, asynchronous=True) as client:
                 published = await client.get_metadata(LIMITS_METADATA_KEY, None)
             return str(refused.value.__cause__), published, len(scheduler.workers)

@@ -58,7 +58,8 @@ class GatewayApiDouble:
 
 async def _gateway_scheduler(plugin: HybridGatewayPlugin | None = None):
     """A scheduler with dask-gateway's service (as its preload builds it) and our plugin."""
-    scheduler = await Scheduler(dashboard=False, host="127.0.0.1")
+    scheduler = await Scheduler(dashboard=False, host="127.0.0.1",
+                                dashboard_address="127.0.0.1:0")
     api = GatewayApiDouble()
     service = GatewaySchedulerService(scheduler, gateway=api, heartbeat_period=3600)
     service.api_address = "http://127.0.0.1:0"  # listen() sets both; heartbeat() sends it,
@@ -72,7 +73,8 @@ async def _gateway_scheduler(plugin: HybridGatewayPlugin | None = None):
 
 
 async def _workers(scheduler, names: list[str], **kwargs) -> list[Worker]:
-    return [await Worker(scheduler.address, name=name, nthreads=1, **kwargs) for name in names]
+    return [await Worker(scheduler.address, name=name, nthreads=1, host="127.0.0.1", **kwargs)
+            for name in names]
 
 
 async def _close(scheduler, service, workers) -> None:
@@ -203,9 +205,10 @@ def test_an_external_worker_beyond_the_limits_is_refused_when_it_registers(caplo
         workers = await _workers(scheduler, [gateway_worker, "ext-0"])
         try:
             with pytest.raises(Exception) as refused:
-                await Worker(scheduler.address, name="ext-1", nthreads=1)
+                await Worker(scheduler.address, name="ext-1", nthreads=1, host="127.0.0.1")
             kept = _names(scheduler)
-            workers.append(await Worker(scheduler.address, name=uuid.uuid4().hex, nthreads=1))
+            workers.append(await Worker(scheduler.address, name=uuid.uuid4().hex, nthreads=1,
+                                        host="127.0.0.1"))
             return str(refused.value.__cause__), kept, _names(scheduler)
         finally:
             await _close(scheduler, service, workers)
@@ -224,7 +227,8 @@ def test_workers_registering_together_cannot_pass_the_limit_together():
     async def main():
         plugin = HybridGatewayPlugin(Limits(max_cores=3))
         scheduler, _, service = await _gateway_scheduler(plugin)
-        started = await asyncio.gather(*(Worker(scheduler.address, name=f"ext-{i}", nthreads=1)
+        started = await asyncio.gather(*(Worker(scheduler.address, name=f"ext-{i}", nthreads=1,
+                                                host="127.0.0.1")
                                          for i in range(5)), return_exceptions=True)
         workers = [w for w in started if isinstance(w, Worker)]
         try:
@@ -239,7 +243,8 @@ def test_dask_setup_publishes_the_limits_for_clients(monkeypatch):
     monkeypatch.setenv(LIMITS_ENV, '{"max_workers": 3, "max_cores": 7.5, "max_memory": 4096}')
 
     async def main():
-        scheduler = await Scheduler(dashboard=False, host="127.0.0.1")
+        scheduler = await Scheduler(dashboard=False, host="127.0.0.1",
+                                dashboard_address="127.0.0.1:0")
         try:
             plugin_module.dask_setup(scheduler)
             async with Client(scheduler.address, asynchronous=True) as client:
@@ -255,7 +260,8 @@ def test_dask_setup_publishes_the_limits_for_clients(monkeypatch):
 
 def test_without_a_gateway_service_the_plugin_says_so(caplog):
     async def main():
-        scheduler = await Scheduler(dashboard=False, host="127.0.0.1")
+        scheduler = await Scheduler(dashboard=False, host="127.0.0.1",
+                                dashboard_address="127.0.0.1:0")
         try:
             return HybridGatewayPlugin().adopt_gateway_service(scheduler)
         finally:

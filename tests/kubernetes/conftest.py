@@ -102,7 +102,7 @@ def kube(tmp_path) -> Iterator[KubeAPIServerDouble]:
 @pytest.fixture
 def scheduler() -> Iterator[LocalCluster]:
     """A real scheduler on loopback, with no workers of its own."""
-    cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=":0",
+    cluster = LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                            processes=False, protocol="tcp")
     try:
         yield cluster

@@ -88,8 +88,8 @@ def test_ctrl_c_in_scale_wait_ends_the_script_and_leaves_no_job(htcondor_pool, s
 
 @pytest.fixture
 def scheduler():
-    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None,
-                      scheduler_port=0) as cluster:
+    with LocalCluster(n_workers=0, host="127.0.0.1", dashboard_address=None, scheduler_port=0,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster:
         yield cluster.scheduler_address
 
 
