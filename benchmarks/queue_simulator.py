@@ -468,9 +468,13 @@ class Simulation:
             self._count_counted()
             self.at(now + interval, "step", payload)
         elif kind == "reconcile":
+            # as the manager's own loop does it: the scheduler's workers first, then each
+            # pool's jobs (hybrid.manager.core.PoolManager._reconcile_forever)
+            live = await self.manager.live_workers()
             for pool in list(self.manager.pools.values()):
                 if pool.used:
                     started = self._started()
+                    await self.manager.pool_workers(pool, live)
                     await self.manager.reconcile(pool)
                     self._decided("reconcile", started)
             self._sample()

@@ -182,8 +182,13 @@ class PoolAdaptive(AdaptiveCore):
         self._plan = None
 
     async def scale_down(self, workers: Iterable[str]) -> None:
-        """Remove these jobs: without a worker at once, with one after graceful retirement."""
+        """Remove these jobs: without a worker at once, with one after graceful retirement.
+        The batch system is asked first (the step's look may be a paced interval old): a job
+        that has ended meanwhile (an eviction, a preemption) is read as such, not removed."""
         if not self.adapting:
+            return
+        await self.manager.refresh(self.pool)
+        if not self.adapting:  # (stopped while the batch system answered)
             return
         chosen = sorted(j for j in workers if j in self.pool.jobs)
         live = await self.manager.live_workers()  # (a worker may have joined since the step)
@@ -210,12 +215,13 @@ class PoolAdaptive(AdaptiveCore):
         self.steps += 1
         self._step_workers = None
         try:
-            await self.manager.refresh(self.pool)
             self._plan = None
             live = await self.manager.live_workers()  # asked once per step
             self._step_names = worker_names(live)
             self._step_workers = (live, await self.manager.pool_workers(
                 self.pool, live, self._step_names))
+            # (after the workers: one that left makes the batch system due at once)
+            await self.manager.refresh_when_due(self.pool)
             self._connected = set(self._step_workers[1])
             await super().adapt()
             self._plan = None

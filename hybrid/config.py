@@ -185,6 +185,7 @@ def setting_types() -> dict[str, Any]:
         "worker.lifetime-restart": StrictBool,
         "adaptive.fallback-after": checked(_duration),
         "batch.poll-interval": checked(_duration),
+        "batch.poll-interval-max": checked(_duration),
         "batch.stuck-timeout": checked(_duration),
         "batch.lease": checked(_duration),
         "batch.tag": Tag,

@@ -533,7 +533,7 @@ def check_job_settings() -> None:
     from hybrid.templates import template_directories
 
     for key in ("batch.tag", "batch.poll-interval", "batch.stuck-timeout",
-                "batch.max-failures", "batch.held-jobs"):
+                "batch.max-failures", "batch.held-jobs", "batch.poll-interval-max"):
         config.get(key, None)
     config.worker_dask_environment()
     config.process_environment()

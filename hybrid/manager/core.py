@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from dask.utils import parse_timedelta
-
 from hybrid import config
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob, get_system
 from hybrid.batch.jobs import ACTIVE_STATES
@@ -115,7 +113,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
     def status(self) -> dict[str, PoolStatus]:
         """Each pool's :class:`~hybrid.manager.pool.PoolStatus`, as of its last refresh
-        (every ``hybrid.batch.poll-interval``; no batch system is asked here)."""
+        (as of each pool's last query, :mod:`hybrid.manager.pacing`; no batch system is asked
+        here)."""
         return {name: self.status_of(pool) for name, pool in self.pools.items()}
 
     def status_of(self, pool: ManagedPool) -> PoolStatus:
@@ -188,7 +187,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         pool.submitted += len(ids)
         pool.track(JobStatus("", JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address).for_jobs(ids))
-        now = self.clock()
+        now = pool.pacing.changed_at = self.clock()
         pool._submitted.update(dict.fromkeys(ids, now))
         # waiting from now on, whether or not the batch system ever gives a reason (its
         # status may never change until the job starts)
@@ -220,6 +219,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if not ids:
             return
         pool.remove_calls += 1
+        pool.pacing.changed_at = self.clock()
         pool._removed.update(ids)
         await self.call(pool.system.remove, ids)
         removing = JobState.removing
@@ -233,12 +233,21 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     async def refresh(self, pool: ManagedPool) -> None:
         """Reconcile the tracked jobs with the batch system; ended jobs leave tracking."""
         async with pool.lock:
+            pool.pacing.asked_at, version = self.clock(), pool.jobs.version
             try:
                 await self._refresh(pool)
             except Exception as error:
                 pool.query_error = f"{type(error).__name__}: {error}"
                 raise
             pool.query_error = None
+            if pool.jobs.version != version:
+                pool.pacing.changed_at = self.clock()
+
+    async def refresh_when_due(self, pool: ManagedPool) -> None:
+        """:meth:`refresh` when the pool's pacing says its batch system is due to be asked
+        (the reconcile, an adaptive step, a wait for workers: :mod:`hybrid.manager.pacing`)."""
+        if pool.pacing.due(self.clock()):
+            await self.refresh(pool)
 
     async def _refresh(self, pool: ManagedPool) -> None:
         tracked = list(pool.jobs)
@@ -345,6 +354,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
             # poll later, with its start noted (its lifetime counts; an unknown start count,
             # so the next query's is not read as a restart)
             pool._connected_at[job_id] = now
+            pool._starts.pop(job_id, None)  # (its count while it waited is not this run's)
             status = pool.jobs.get(job_id)
             if status is not None and status.state is JobState.pending:
                 running = dataclasses.replace(status, state=JobState.running, reason=None,
@@ -368,7 +378,11 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         workers, where the caller has them)."""
         live = await self.live_workers() if live is None else live
         out = pool.workers_by_job(live, names)
-        pool._connected_now = {job_id: len(addresses) for job_id, addresses in out.items()}
+        now = {job_id: len(addresses) for job_id, addresses in out.items()}
+        if now != pool._connected_now:  # a worker joined or left: the jobs change
+            pool.pacing.changed(self.clock(), left=any(
+                now.get(job_id, 0) < n for job_id, n in pool._connected_now.items()))
+        pool._connected_now = now
         await self._note_connected(pool, out)
         return out
 
@@ -495,11 +509,9 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
     async def reconcile(self, pool: ManagedPool) -> None:
         """Refresh; refill a pool that lost jobs to its target; give up when it keeps failing.
 
-        An adaptive pool refreshed by its own step less than a poll interval ago is not
-        asked again."""
-        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
-        if pool.adaptive is None or self.clock() - pool.refreshed_at >= poll:
-            await self.refresh(pool)
+        The batch system is asked when the pool's pacing says so (an adaptive step may
+        have just asked it)."""
+        await self.refresh_when_due(pool)
         if pool.failed:
             await self._remove_held(pool)  # held after the pool gave up: removed all the same
             await self._give_up(pool)

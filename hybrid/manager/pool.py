@@ -21,6 +21,7 @@ from typing import Any
 
 from hybrid.batch import BatchSystem, JobState, JobStatus, Staging, WorkerJob
 from hybrid.batch.jobs import QUEUED_STATES, worker_name_suffix
+from hybrid.manager.pacing import QueryPacing
 from hybrid.manager.records import ChangeLog, CountingDict
 from hybrid.pools import PoolSpec
 from hybrid.routing import GPU, NOT_GPU
@@ -324,6 +325,8 @@ class ManagedPool:
         #: When each job's worker first connected (manager clock).
         self._connected_at: dict[str, float] = {}
         self._removed: set[str] = set()
+        #: When its batch system is asked next (:mod:`hybrid.manager.pacing`).
+        self.pacing = QueryPacing()
         #: Jobs that left the queue while they waited, with no record yet of how: job id ->
         #: (when, the status then); and how many waiting jobs were removed from outside.
         self._vanished: dict[str, tuple[float, JobStatus]] = {}

@@ -2,8 +2,9 @@
 
 The part of :class:`~hybrid.manager.PoolManager` that a user's ``wait_for_workers`` (and
 ``scale(..., wait=True)``) drives: it polls the scheduler for the pools' workers, refreshes
-the jobs every ``hybrid.batch.poll-interval``, and raises as soon as the jobs say the workers
-will not come (held jobs, a pool that gave up, too few jobs left).
+the jobs as often as each pool's pacing allows (:mod:`hybrid.manager.pacing`), and raises as
+soon as the jobs say the workers will not come (held jobs, a pool that gave up, too few jobs
+left).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from dask.utils import parse_timedelta
@@ -32,12 +33,13 @@ WORKERS = count(0, MAX_WORKERS, f"a whole number of workers from 0 to {MAX_WORKE
 class WaitingForWorkers:
     """``wait_for_workers`` and the one-line job report, for the pool manager.
 
-    Uses the manager's ``cluster``, ``pools``, ``pool()``, ``live_workers()``,
-    ``pool_workers()`` and ``refresh()``.
+    Uses the manager's ``cluster``, ``pools``, ``clock``, ``pool()``, ``live_workers()``,
+    ``pool_workers()`` and ``refresh_when_due()``.
     """
 
     cluster: str
     pools: dict[str, ManagedPool]
+    clock: Callable[[], float]
 
     async def wait_for_workers(self, n: int, pool: str | None = None, timeout: Any = None,
                                progress: bool | str | None = None) -> None:
@@ -65,6 +67,7 @@ class WaitingForWorkers:
         first = True
         for target in pools:  # failures now reach the caller through this wait's exception
             target.waiters += 1
+            target.pacing.changed_at = self.clock()  # (someone waits: the queue is looked at)
         try:
             while True:
                 live = await self.live_workers()
@@ -82,8 +85,8 @@ class WaitingForWorkers:
                 now = time.monotonic()
                 if now - last_refresh >= poll:
                     last_refresh = now
-                    for target in pools:
-                        await self.refresh(target)
+                    for target in pools:  # (as often as the pool's pacing allows)
+                        await self.refresh_when_due(target)
                     self._check_progress(pools, n, have)
                 if deadline is not None and now > deadline:
                     raise WorkersDidNotArrive(

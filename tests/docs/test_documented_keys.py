@@ -173,6 +173,12 @@ def _poll_interval() -> Any:
     return PoolManager("keys", Connection("tcp://127.0.0.1:9"), scheduler=None).poll_interval()
 
 
+def _pacing_intervals() -> tuple[float, float]:
+    from hybrid.manager.pacing import intervals
+
+    return intervals()
+
+
 def _scheduler() -> Any:
     """Where HybridCluster's own scheduler listens, and whether SIGTERM and SIGHUP are
     handled."""
@@ -301,6 +307,7 @@ def effects(tmp: Path) -> dict[str, tuple[Any, Callable[[], Any]]]:
         "hybrid.batch.lease": ("2h", _spec_field("local", "lease")),
         "hybrid.batch.max-failures": (5, _max_failures),
         "hybrid.batch.poll-interval": ("7s", _poll_interval),
+        "hybrid.batch.poll-interval-max": ("3 minutes", lambda: _pacing_intervals()[1]),
         "hybrid.batch.stuck-timeout": ("1 minute", _stuck_after),
         "hybrid.batch.staging-directory": (str(tmp / "staged"), config.staging_root),
         "hybrid.batch.tag": ("KeysTag", tag_prefix),

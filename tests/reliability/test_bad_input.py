@@ -563,6 +563,8 @@ BAD_INPUTS: list[Case] = [
             add_htcondor, issue=True),
     in_yaml("yaml-poll-interval", "hybrid.batch.poll-interval", "abc",
             "hybrid.batch.poll-interval", start_cluster),
+    in_yaml("yaml-poll-interval-max", "hybrid.batch.poll-interval-max", "later",
+            "hybrid.batch.poll-interval-max", add_slurm),
     in_yaml("yaml-stuck-timeout", "hybrid.batch.stuck-timeout", "abc",
             "hybrid.batch.stuck-timeout", add_slurm),
     in_yaml("yaml-max-failures", "hybrid.batch.max-failures", "many",

@@ -119,3 +119,27 @@ def test_a_full_collection_in_a_decision_is_counted_apart_from_hybrids_own_time(
     # the step with the collection took longer than any decision's own time
     assert found["decisions_cpu"]["max_ms"] >= collections["max_ms"]
     assert found["decisions_own_cpu"]["max_ms"] < collections["max_ms"], found
+
+
+def test_a_worker_that_joins_before_a_query_saw_its_job_start_is_no_eviction() -> None:
+    """A job seen waiting (its start count 0), then started, its worker connected before the
+    next query: the worker marks the job running, and the query's start count 1 is its first
+    run, not a restart between two looks (that was read as an eviction: on HTCondor, whose
+    JobRunCount goes 0 -> 1, with a worker that starts within one poll of its job)."""
+    from benchmarks.queue_simulator import QueueModel, Simulation
+
+    sim = Simulation(seed=7, poll=10.0)
+    pool = sim.add_pool("cpu", QueueModel(slots=4, wait=("uniform", 1.0, 25.0),
+                                          startup=1.0), cores=1, nanny=False)
+    scaled: list[bool] = []
+
+    async def scale_once() -> None:
+        if not scaled:
+            scaled.append(True)
+            await sim.manager.scale(pool, 4)
+
+    sim.add_controller(3600.0, scale_once, "scale once")
+    sim.burst(0.0, 40, ("lognormal", 60.0, 0.3))
+    sim.run(until=3600.0)
+    assert sim.evictions == 0 and len(pool._connected) >= 4
+    assert pool.evictions == 0, pool.evicted
