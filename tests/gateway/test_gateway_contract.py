@@ -133,12 +133,16 @@ def test_pin_2_scale_down_retires_only_the_gateways_surplus(monkeypatch):
 
     async def main():
         scheduler, api = await gateway_cluster_scheduler(monkeypatch)
-        workers = [await Worker(scheduler.address, name=name, nthreads=1, host="127.0.0.1")
-                   for name in [*own, "ext-0", "ext-1"]]
         service = scheduler.services["gateway"]
+        workers: list[Worker] = []
         try:
+            # the gateway's count first, as a gateway starts its workers only after a scale:
+            # a heartbeat (every second) while the count is still 0 retires every gateway
+            # worker already there (all three, in two fresh-clone runs on a loaded machine)
             await send_to_scheduler(service, {"op": "scale", "count": 3})
             await until(lambda: service.count == 3, message="count 3")
+            workers += [await Worker(scheduler.address, name=name, nthreads=1,
+                                     host="127.0.0.1") for name in [*own, "ext-0", "ext-1"]]
             await send_to_scheduler(service, {"op": "scale", "count": 1})
             # The deadline is for a busy machine; the state says where a stall happened
             # (a fresh-clone run once timed out here at 30 s; it passes in ~2 s alone).
