@@ -349,6 +349,8 @@ def test_a_job_held_after_its_pool_gave_up_is_removed_too() -> None:
 
     queue = ScriptedQueue({"1": JobState.held, "2": JobState.running})
     manager = PoolManager("heldlate", Connection("tcp://127.0.0.1:9"), scheduler=None)
+    now = [1000.0]
+    manager.clock = lambda: now[0]  # (the reconcile asks at its pace: time passes below)
     try:
         pool = manager.add(PoolSpec.build("cpu", "local"), system=queue)  # type: ignore[arg-type]
         pool.track(queue.query())
@@ -360,6 +362,7 @@ def test_a_job_held_after_its_pool_gave_up_is_removed_too() -> None:
                 await manager.reconcile(pool)
                 assert pool.failed and queue.removed == ["1"]
                 queue.states["2"] = JobState.held
+                now[0] += 2.0  # the next reconcile, a poll interval later
                 await manager.reconcile(pool)
 
         asyncio.run(reconcile_twice())
@@ -382,6 +385,8 @@ def test_a_pool_that_gives_up_removes_its_pending_jobs_and_keeps_its_running_one
     queue = ScriptedQueue({"1": JobState.failed, "2": JobState.pending,
                            "3": JobState.running, "4": JobState.pending})
     manager = PoolManager("heldlate", Connection("tcp://127.0.0.1:9"), scheduler=None)
+    now = [1000.0]
+    manager.clock = lambda: now[0]  # (the reconcile asks at its pace: time passes below)
     try:
         pool = manager.add(PoolSpec.build("cpu", "local"), system=queue)  # type: ignore[arg-type]
         pool.track(JobStatus(j, JobState.pending, None, "heldlate", "cpu")
@@ -396,6 +401,7 @@ def test_a_pool_that_gives_up_removes_its_pending_jobs_and_keeps_its_running_one
                 assert sorted(queue.removed) == ["2", "4"]
                 assert set(pool.active()) == {"3"}
                 queue.states["3"] = JobState.pending  # evicted: waits again
+                now[0] += 2.0  # the next reconcile, a poll interval later
                 await manager.reconcile(pool)
 
         with caplog.at_level(logging.WARNING, logger="hybrid"):
