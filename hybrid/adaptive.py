@@ -175,8 +175,8 @@ class PoolAdaptive(AdaptiveCore):
         """Submit jobs up to ``n`` counting toward the target (``n`` is at most
         ``maximum``): a job retiring at the end of its lifetime no longer counts, so its
         replacement goes out ahead of time, while it drains. The jobs are counted as the
-        step's refresh found them (a job that ended since is seen by the next step: it can
-        only make this step submit less, never more)."""
+        step's look found them (at the pool's pace: a job that ended since is seen by a later
+        step; it can only make this step submit less, never more)."""
         if self.adapting and not self.manager.closing_elsewhere:
             await self.manager.scale(self.pool, n, refresh=False)
         self._plan = None

@@ -187,7 +187,8 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         pool.submitted += len(ids)
         pool.track(JobStatus("", JobState.pending, None, self.cluster, pool.name,
                              self.connection.scheduler_address).for_jobs(ids))
-        now = pool.pacing.changed_at = self.clock()
+        now = self.clock()
+        pool.pacing.changed(now)
         pool._submitted.update(dict.fromkeys(ids, now))
         # waiting from now on, whether or not the batch system ever gives a reason (its
         # status may never change until the job starts)
@@ -219,7 +220,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
         if not ids:
             return
         pool.remove_calls += 1
-        pool.pacing.changed_at = self.clock()
+        pool.pacing.changed(self.clock())
         pool._removed.update(ids)
         await self.call(pool.system.remove, ids)
         removing = JobState.removing
@@ -241,7 +242,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
                 raise
             pool.query_error = None
             if pool.jobs.version != version:
-                pool.pacing.changed_at = self.clock()
+                pool.pacing.changed(self.clock())
 
     async def refresh_when_due(self, pool: ManagedPool) -> None:
         """:meth:`refresh` when the pool's pacing says its batch system is due to be asked
@@ -423,7 +424,7 @@ class PoolManager(WaitingForWorkers, Closing, JobWatch, Lifetimes):
 
         A call that fails changes no target (so nothing resubmits behind the caller's back)
         and is reported once: by its exception. ``refresh=False`` counts the jobs as of the
-        last refresh (an adaptive step that has just refreshed them). The jobs counted are
+        last refresh (an adaptive step: its look at the pool's pace). The jobs counted are
         :meth:`ManagedPool.queued_count`'s (a vanished job not decided yet among them)."""
         async with pool.scaling:
             if refresh:

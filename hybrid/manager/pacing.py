@@ -11,8 +11,8 @@ of the quiet time before it, and a pool of jobs that wait for hours asks about o
 minute. Whatever hybrid or the scheduler sees happen brings the base interval back at once:
 a query that found a change, a submission, a removal, a worker that joined or left, a new
 wait for the pool's workers; a worker that left has its job looked up at the next look. A
-query that fails changes nothing: a batch system that does
-not answer is asked less often, not more.
+query that fails changes nothing: a batch system that does not answer is asked less often,
+not more.
 """
 
 from __future__ import annotations

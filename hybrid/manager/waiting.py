@@ -67,7 +67,7 @@ class WaitingForWorkers:
         first = True
         for target in pools:  # failures now reach the caller through this wait's exception
             target.waiters += 1
-            target.pacing.changed_at = self.clock()  # (someone waits: the queue is looked at)
+            target.pacing.changed(self.clock())  # (someone waits: the queue is looked at)
         try:
             while True:
                 live = await self.live_workers()
