@@ -127,19 +127,20 @@ def _in_queue_hybrid(system: str, cluster: str) -> int:
 
 def hybrid_shared_once(system: str, n: int, staging: Path, *, nanny: bool = False,
                        fork: bool = False, transfer: bool = False,
-                       watch: bool = True) -> dict[str, float]:
+                       watch: bool = True, tls: bool = True) -> dict[str, float]:
     """hybrid on HTCondor with its files read in place (``job_files: shared``), run by the
     pool's job user from a staging directory in the pool's shared filesystem, as a site's
     user would (:func:`benchmarks.realpools.run_as_pool_user`); ``nanny``: with a nanny and
     a dashboard per worker; ``fork``: each nanny forks its worker (:data:`FORK`);
     ``transfer``: ``job_files: transfer`` instead (transferred from there, not spooled);
-    ``watch=False``: the job script does not watch the worker's memory."""
+    ``watch=False``: the job script does not watch the worker's memory; ``tls=False``: plain
+    TCP."""
     if system != "htcondor":
         raise ValueError("the pool user's variants are HTCondor's")
     return realpools.run_as_pool_user(
         "scale-up", n, timeout=WAIT + 200,
         options=["transfer"] * transfer + ["nanny"] * nanny + ["fork"] * fork
-        + ["nowatch"] * (not watch))
+        + ["nowatch"] * (not watch) + ["plain"] * (not tls))
 
 
 # --------------------------------------------------------------------------- dask-jobqueue

@@ -16,7 +16,8 @@ Variants, each one repetition per configuration (system, n), interleaved:
   worker instead of spawning a fresh python that imports Dask again.
 - ``hybrid shared fs`` (HTCondor only): ``job_files: shared`` from a staging directory in the
   pool's shared filesystem, run by the pool's job user: no spooling, no file transfer.
-  ``hybrid shared fs without memory watch``: the same without the watch, as above.
+  ``hybrid shared fs without memory watch``: the same without the watch, as above;
+  ``hybrid shared fs (plain TCP)``: the same with plain TCP, as the floor B's workers.
 - ``hybrid transfer`` (HTCondor only): ``job_files: transfer``, run as ``hybrid shared fs``:
   not spooled, the local schedd transfers the files from the staging directory to each job.
 - ``hybrid shared fs with nanny`` (HTCondor only): the same with a nanny and a dashboard per
@@ -78,6 +79,8 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("hybrid shared fs", launchers.hybrid_shared_once, ("htcondor",), "shared"),
     Variant("hybrid shared fs without memory watch", lambda s, n, d: launchers.hybrid_shared_once(
         s, n, d, watch=False), ("htcondor",), "shared"),
+    Variant("hybrid shared fs (plain TCP)", lambda s, n, d: launchers.hybrid_shared_once(
+        s, n, d, tls=False), ("htcondor",), "shared"),
     Variant("hybrid transfer", lambda s, n, d: launchers.hybrid_shared_once(
         s, n, d, transfer=True), ("htcondor",), "shared"),
     Variant("hybrid shared fs with nanny", lambda s, n, d: launchers.hybrid_shared_once(
@@ -239,8 +242,12 @@ def summary(results: Results) -> str:
                      + " | ".join(cell(system, config, v) for v in shown) + " |")
     pairs = [("hybrid", "floor: bare-worker jobs", "hybrid / B"),
              ("hybrid shared fs", "floor: bare-worker jobs", "shared fs / B"),
-             ("hybrid", "floor: bare-worker jobs (TLS)", "hybrid / B with TLS"),
-             ("hybrid shared fs", "floor: bare-worker jobs (TLS)", "shared fs / B with TLS"),
+             ("hybrid (plain TCP)", "floor: bare-worker jobs", "plain TCP / B (like for like)"),
+             ("hybrid shared fs (plain TCP)", "floor: bare-worker jobs",
+              "shared fs (plain TCP) / B (like for like)"),
+             ("hybrid", "floor: bare-worker jobs (TLS)", "hybrid / B with TLS (like for like)"),
+             ("hybrid shared fs", "floor: bare-worker jobs (TLS)",
+              "shared fs / B with TLS (like for like)"),
              ("hybrid", "dask-jobqueue", "hybrid / D"),
              ("hybrid shared fs", "dask-jobqueue", "shared fs / D"),
              ("hybrid with nanny", "dask-jobqueue", "with nanny / D (like for like)"),

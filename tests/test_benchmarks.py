@@ -347,6 +347,32 @@ def test_like_for_like_goals_read_each_systems_own_variants():
     assert "slurm n=1: hybrid with nanny (fork) <= 1.0x dask-jobqueue" in slurm
 
 
+def test_floor_goals_hold_each_variant_to_the_floor_that_connects_as_it_does():
+    """F1, like for like: hybrid's default (TLS) against B with TLS, hybrid with plain TCP
+    against plain B (never TLS against plain), post-match; a pair neither side of which ran
+    gives no verdict, one side missing is said to be missing."""
+    from benchmarks.goals import FLOOR, FLOOR_TLS, floor_goals
+    from benchmarks.harness import Results
+
+    results = Results()
+    for benchmark in ("scale-up", "post-match"):
+        for variant, seconds in (("hybrid", 4.2), (FLOOR_TLS, 4.1), (FLOOR, 3.5),
+                                 ("hybrid (plain TCP)", 3.9)):
+            results.measure(benchmark, "slurm", "n=16", variant).samples.append(seconds)
+        results.measure(benchmark, "htcondor", "n=16", "hybrid shared fs").samples.append(3.6)
+    slurm = {g.text: g for g in floor_goals(results, "slurm")}
+    assert set(slurm) == {
+        "slurm n=16: hybrid <= 1.05x the floor with TLS post-match",
+        "slurm n=16: hybrid (plain TCP) <= 1.05x the floor (plain TCP) post-match"}
+    assert slurm["slurm n=16: hybrid <= 1.05x the floor with TLS post-match"].met is True
+    plain = slurm["slurm n=16: hybrid (plain TCP) <= 1.05x the floor (plain TCP) post-match"]
+    assert plain.met is False and plain.value.startswith("1.11x post-match")
+    htcondor = {g.text: g for g in floor_goals(results, "htcondor")}
+    assert list(htcondor) == ["htcondor n=16: hybrid shared fs <= 1.05x the floor with TLS "
+                              "post-match"]
+    assert htcondor[next(iter(htcondor))].why == "a variant or its match did not run"
+
+
 def test_worker_dask_config_keeps_hybrids_own_worker_settings():
     """A variant that adds one worker setting keeps those hybrid exports by default (the
     memory-watch variant once replaced them all)."""
