@@ -26,11 +26,9 @@ import time
 from collections import deque
 from typing import Any
 
-from dask.utils import parse_timedelta
-
-from hybrid import config
 from hybrid.batch import JobState
 from hybrid.dashboard.page import POOLS_FORMAT, POOLS_METADATA_KEY, STATES
+from hybrid.manager.pacing import poll_interval
 
 logger = logging.getLogger("hybrid")
 
@@ -127,7 +125,7 @@ class PoolsPublisher:
                 "error": pool.query_error, "table": rows[:MAX_ROWS],
                 "more_jobs": max(0, len(rows) - MAX_ROWS), "history": list(history)}
         return {"format": POOLS_FORMAT, "cluster": manager.cluster, "time": now,
-                "interval": parse_timedelta(config.get("batch.poll-interval", "2s")),
+                "interval": poll_interval(),
                 "pools": pools}
 
 

@@ -20,10 +20,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from dask.utils import parse_timedelta
-
-from hybrid import config
 from hybrid.batch import JobState
+from hybrid.manager.pacing import poll_interval
 from hybrid.manager.pool import ManagedPool, short_ids
 from hybrid.manager.remote import NO_ARGS, pickled_probe
 
@@ -59,7 +57,7 @@ class Lifetimes:
         pool's recent jobs took from their submission to their worker's connection (the
         queue wait and the worker's start-up, their 75th percentile; the queue wait alone
         until a worker connected), plus two polls, at most half the lifetime."""
-        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
+        poll = poll_interval()
 
         def p75(values: Any) -> float:
             ordered = sorted(values)

@@ -25,11 +25,17 @@ from hybrid import config
 QUIET_SHARE = 0.25
 
 
+def poll_interval() -> float:
+    """Seconds between two reconciles, and between two queries while a pool's jobs change
+    (``hybrid.batch.poll-interval``): the one place it is read."""
+    return parse_timedelta(config.get("batch.poll-interval", "2s"))
+
+
 def intervals() -> tuple[float, float]:
     """The shortest and the longest interval between two queries, in seconds
     (``hybrid.batch.poll-interval``, ``hybrid.batch.poll-interval-max``; the longest is
     never shorter than the shortest)."""
-    shortest = parse_timedelta(config.get("batch.poll-interval", "2s"))
+    shortest = poll_interval()
     longest = parse_timedelta(config.get("batch.poll-interval-max", "60s"))
     return shortest, max(shortest, longest)
 

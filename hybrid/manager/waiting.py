@@ -21,6 +21,7 @@ from hybrid import config
 from hybrid.batch import JobState
 from hybrid.errors import ConfigurationError, PoolFailed, WorkersDidNotArrive
 from hybrid.fields import count
+from hybrid.manager.pacing import poll_interval
 from hybrid.manager.pool import ManagedPool
 from hybrid.manager.progress import WaitProgress, progress_mode
 from hybrid.resources import MAX_WORKERS
@@ -59,7 +60,7 @@ class WaitingForWorkers:
         label = pools[0].name if len(pools) == 1 else "all pools"
         limit = None if timeout is None else parse_timedelta(timeout)
         deadline = None if limit is None else time.monotonic() + limit
-        poll = parse_timedelta(config.get("batch.poll-interval", "2s"))
+        poll = poll_interval()
         mode = progress_mode(progress, sys.stderr)
         display = None if mode is None else WaitProgress(n, label, mode, sys.stderr)
         last_refresh = time.monotonic()

@@ -27,6 +27,7 @@ from dask.utils import parse_timedelta
 from hybrid import config
 from hybrid.batch import JobState, JobStatus
 from hybrid.errors import BatchError
+from hybrid.manager.pacing import poll_interval
 from hybrid.manager.pool import GONE, ManagedPool, by_job_id, short_ids
 
 logger = logging.getLogger("hybrid")
@@ -95,7 +96,7 @@ class JobWatch:
     @staticmethod
     def poll_interval() -> float:
         """Seconds between reconciles (``hybrid.batch.poll-interval``)."""
-        return parse_timedelta(config.get("batch.poll-interval", "2s"))
+        return poll_interval()
 
     @staticmethod
     def stuck_after() -> float:
